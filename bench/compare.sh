@@ -1,0 +1,153 @@
+#!/bin/bash
+# bench/compare.sh -- pgbench side by side, in one run, on one server:
+#   A  stock: synchronous_commit = on, pmwal.enabled = off
+#   B  pmwal: synchronous_commit = on, pmwal.enabled = on (emulated ring, /dev/shm)
+#   C  ceiling: synchronous_commit = off, pmwal.enabled = off (no durability wait)
+# Configurations are interleaved round by round (A B C A B C ...) so that
+# drift of the machine hits all three alike.  Each cell reports TPS, average
+# and p99 latency, and WAL fsyncs: pg_stat_wal's wal_sync plus the
+# fdatasync/fsync calls pmwal's flusher and fallbacks made (pmwal_status).  Writes results.csv,
+# summary.md (medians, ratios B/A and B/C) and tps.png to the output dir.
+#
+# Run as an unprivileged user with pmwal installed:
+#   bench/compare.sh [-d seconds] [-r rounds] [-c "1 4 16"] [-w "insert tpcb"]
+#                    [-s scale] [-o outdir] [-p port]
+set -eu
+
+duration=15
+rounds=3
+clients="1 4 16"
+workloads="insert tpcb"
+scale=10
+port=5497
+here=$(cd "$(dirname "$0")" && pwd)
+out="$here/results/$(date +%Y%m%d-%H%M%S)"
+while getopts "d:r:c:w:s:o:p:" opt; do
+	case $opt in
+		d) duration=$OPTARG ;;
+		r) rounds=$OPTARG ;;
+		c) clients=$OPTARG ;;
+		w) workloads=$OPTARG ;;
+		s) scale=$OPTARG ;;
+		o) out=$OPTARG ;;
+		p) port=$OPTARG ;;
+		*) sed -n '2,16p' "$0"; exit 2 ;;
+	esac
+done
+if [ "$(id -u)" = 0 ]; then
+	echo "run bench/compare.sh as an unprivileged user (PostgreSQL refuses root)" >&2
+	exit 1
+fi
+
+bindir=$(pg_config --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)
+export PATH="$bindir:$PATH"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+data="$out/data"
+ring="/dev/shm/pmwal_bench_$(id -u)_$port.ring"
+log="$out/server.log"
+export PGHOST="$out" PGPORT="$port" PGDATABASE=postgres
+
+cleanup() {
+	pg_ctl -D "$data" -m fast stop >/dev/null 2>&1 || true
+	rm -rf "$data" "$ring"
+}
+trap cleanup EXIT
+
+echo "== setting up a server in $data (ring $ring)"
+rm -rf "$data" "$ring"
+initdb -D "$data" -A trust >/dev/null
+cat >> "$data/postgresql.conf" <<CONF
+port = $port
+unix_socket_directories = '$out'
+listen_addresses = ''
+shared_preload_libraries = 'pmwal'
+pmwal.path = '$ring'
+pmwal.size = 64MB
+shared_buffers = 1GB
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+fsync = on
+wal_sync_method = fdatasync
+max_connections = 50
+CONF
+PMEM_IS_PMEM_FORCE=1 pg_ctl -D "$data" -l "$log" -w start >/dev/null
+psql -qX -c "CREATE EXTENSION pmwal" -c "CREATE TABLE bench_insert (id bigint, payload text)"
+pgbench -q -i -s "$scale" >/dev/null 2>&1
+echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgbench');" > "$out/insert.sql"
+
+# machine and settings, for the record
+{
+	echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "kernel: $(uname -r)"
+	echo "cpus: $(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+	echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
+	echo "server: $(postgres --version)"
+	echo "pg_wal file system: $(df -T "$data/pg_wal" | awk 'NR==2 {print $2" on "$1}')"
+	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=30min wal_sync_method=fdatasync pmwal.size=64MB"
+	echo "duration per cell: ${duration}s, rounds: $rounds, clients: $clients, pgbench scale: $scale"
+	echo "pg_test_fsync on the pg_wal file system (one 8kB write + fdatasync):"
+	pg_test_fsync -s 2 -f "$data/pg_test_fsync.tmp" 2>/dev/null | grep -E "^\s+fdatasync" | head -1
+	rm -f "$data/pg_test_fsync.tmp"
+} > "$out/machine.txt"
+cat "$out/machine.txt"
+
+configure() {
+	case $1 in
+		A) sc=on; en=off ;;
+		B) sc=on; en=on ;;
+		C) sc=off; en=off ;;
+	esac
+	psql -qX -c "ALTER SYSTEM SET synchronous_commit = $sc" -c "ALTER SYSTEM SET pmwal.enabled = $en" -c "SELECT pg_reload_conf()" >/dev/null
+	# wait until the flusher has anchored or drained the ring
+	for _ in $(seq 1 100); do
+		acc=$(psql -qAtX -c "SELECT accelerated FROM pmwal_status")
+		if { [ "$en" = on ] && [ "$acc" = t ]; } || { [ "$en" = off ] && [ "$acc" = f ]; }; then
+			return
+		fi
+		sleep 0.1
+	done
+	echo "configuration $1 did not take effect" >&2
+	exit 1
+}
+
+# fsync-type calls on WAL: PostgreSQL's own (pg_stat_wal) plus pmwal's
+pmwal_syncs() {
+	psql -qAtX -c "SELECT segments_synced + dir_syncs FROM pmwal_status"
+}
+
+echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs" > "$out/results.csv"
+for r in $(seq 1 "$rounds"); do
+	for w in $workloads; do
+		for c in $clients; do
+			for cfg in A B C; do
+				configure $cfg
+				if [ "$w" = insert ]; then
+					psql -qX -c "TRUNCATE bench_insert"
+					script=(-f "$out/insert.sql")
+				else
+					script=()
+				fi
+				psql -qX -c "CHECKPOINT" -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
+				pm_before=$(pmwal_syncs)
+				rm -rf "$out/txlog" && mkdir "$out/txlog"
+				threads=$(( c < 2 ? 1 : 2 ))
+				res=$(cd "$out/txlog" && pgbench -n -T "$duration" -c "$c" -j "$threads" -l "${script[@]}" 2>&1)
+				tps=$(echo "$res" | awk '/^tps/ {print $3}')
+				lat=$(echo "$res" | awk '/^latency average/ {print $4}')
+				# per-transaction log: 3rd field is the latency in microseconds
+				p99=$(cat "$out"/txlog/pgbench_log.* | awk '{print $3}' | sort -n |
+					awk '{v[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; printf "%.3f", v[i]/1000}')
+				read -r pgsyncs writes < <(psql -qAtX -F ' ' -c "SELECT wal_sync, wal_write FROM pg_stat_wal")
+				pmsyncs=$(( $(pmwal_syncs) - pm_before ))
+				syncs=$(( pgsyncs + pmsyncs ))
+				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs" >> "$out/results.csv"
+				printf "round %s %-6s clients %-3s %s: tps %9.1f  avg %6.3f ms  p99 %7.3f ms  wal fsyncs %s\n" \
+					"$r" "$w" "$c" "$cfg" "$tps" "$lat" "$p99" "$syncs"
+			done
+		done
+	done
+done
+rm -rf "$out/txlog"
+
+"$here/summarize.sh" "$out"

@@ -1,0 +1,73 @@
+#!/bin/bash
+# bench/summarize.sh DIR -- turn DIR/results.csv (from compare.sh) into
+# DIR/summary.md (medians over rounds, ratios B/A and B/C, fsync counts)
+# and DIR/tps.png (TPS against clients per workload; needs gnuplot).
+set -eu
+dir=$1
+csv="$dir/results.csv"
+
+# median of each metric per (workload, clients, config)
+awk -F, 'NR > 1 {
+	key = $2 "," $3 "," $4
+	n[key]++
+	tps[key, n[key]] = $5; avg[key, n[key]] = $6; p99[key, n[key]] = $7; syn[key, n[key]] = $8
+}
+function median(arr, key, cnt,   i, j, t, v) {
+	for (i = 1; i <= cnt; i++) v[i] = arr[key, i] + 0
+	for (i = 1; i <= cnt; i++) for (j = i + 1; j <= cnt; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+	return (cnt % 2) ? v[(cnt + 1) / 2] : (v[cnt / 2] + v[cnt / 2 + 1]) / 2
+}
+END {
+	for (key in n)
+		printf "%s,%.1f,%.3f,%.3f,%.0f,%d\n", key, median(tps, key, n[key]), median(avg, key, n[key]),
+			median(p99, key, n[key]), median(syn, key, n[key]), n[key]
+}' "$csv" | sort -t, -k1,1 -k2,2n -k3,3 > "$dir/medians.csv"
+
+{
+	echo "Medians over $(awk -F, 'NR>1 {print $1}' "$csv" | sort -u | wc -l) interleaved rounds."
+	echo "A = stock synchronous_commit=on, B = pmwal (emulated ring), C = synchronous_commit=off (ceiling)."
+	echo
+	echo "| workload | clients | TPS A | TPS B | TPS C | B/A | B/C | p99 ms A | p99 ms B | p99 ms C | avg ms B | fsyncs A | fsyncs B | fsyncs A/B |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	awk -F, '{
+		key = $1 "," $2; cells[key] = 1
+		tps[key, $3] = $4; avg[key, $3] = $5; p99[key, $3] = $6; syn[key, $3] = $7
+	}
+	END {
+		for (key in cells) {
+			split(key, k, ",")
+			fr = (syn[key, "B"] > 0) ? sprintf("%.0fx", syn[key, "A"] / syn[key, "B"]) : "all (B: 0)"
+			printf "| %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %d | %d | %s |\n",
+				k[1], k[2], tps[key, "A"], tps[key, "B"], tps[key, "C"],
+				tps[key, "B"] / tps[key, "A"], tps[key, "B"] / tps[key, "C"],
+				p99[key, "A"], p99[key, "B"], p99[key, "C"], avg[key, "B"],
+				syn[key, "A"], syn[key, "B"], fr
+		}
+	}' "$dir/medians.csv" | sort -t'|' -k2,2 -k3,3n
+} > "$dir/summary.md"
+cat "$dir/summary.md"
+
+if command -v gnuplot >/dev/null; then
+	workloads=$(cut -d, -f1 "$dir/medians.csv" | sort -u)
+	nw=$(echo "$workloads" | wc -l)
+	for w in $workloads; do
+		for cfg in A B C; do
+			awk -F, -v w="$w" -v c="$cfg" '$1 == w && $3 == c {print $2, $4}' "$dir/medians.csv" > "$dir/plot_${w}_$cfg.dat"
+		done
+	done
+	{
+		echo "set terminal pngcairo size $((520 * nw)),420 noenhanced"
+		echo "set output '$dir/tps.png'"
+		echo "set multiplot layout 1,$nw"
+		echo "set logscale x 2; set xlabel 'clients'; set ylabel 'TPS (median)'; set key top left; set grid"
+		for w in $workloads; do
+			echo "set title '$w'"
+			echo "plot '$dir/plot_${w}_A.dat' with linespoints lw 2 title 'A stock sync commit', \
+'$dir/plot_${w}_B.dat' with linespoints lw 2 title 'B pmwal', \
+'$dir/plot_${w}_C.dat' with linespoints lw 2 dt 2 title 'C synchronous_commit=off'"
+		done
+		echo "unset multiplot"
+	} | gnuplot
+	rm -f "$dir"/plot_*.dat
+	echo "plot: $dir/tps.png"
+fi

@@ -1,0 +1,42 @@
+/* pmwal--1.0.sql */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION pmwal" to load this file. \quit
+
+CREATE FUNCTION pmwal_status(
+    OUT path text,
+    OUT mode text,
+    OUT capacity bigint,
+    OUT tail_lsn pg_lsn,
+    OUT head_lsn pg_lsn,
+    OUT bytes_in_use bigint,
+    OUT state text,
+    OUT durable_lsn pg_lsn,
+    OUT accelerated boolean,
+    OUT reason text,
+    OUT flusher_pid integer,
+    OUT ring_commits bigint,
+    OUT ring_copies bigint,
+    OUT bytes_copied bigint,
+    OUT gap_copies bigint,
+    OUT space_waits bigint,
+    OUT syncs bigint,
+    OUT segments_synced bigint,
+    OUT dir_syncs bigint,
+    OUT fallback_inactive bigint,
+    OUT fallback_full bigint,
+    OUT fallback_large bigint,
+    OUT fallback_read_error bigint,
+    OUT fallback_recycled bigint,
+    OUT fallback_persist_error bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'pmwal_status'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
+CREATE VIEW pmwal_status AS
+    SELECT * FROM pmwal_status();
+
+REVOKE ALL ON FUNCTION pmwal_status() FROM PUBLIC;
+REVOKE ALL ON pmwal_status FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pmwal_status() TO pg_monitor;
+GRANT SELECT ON pmwal_status TO pg_monitor;

@@ -1,0 +1,175 @@
+/*-------------------------------------------------------------------------
+ *
+ * pmwal.h
+ *		Declarations shared by the files of the pmwal extension.
+ *
+ * Each .c file owns one concern: pmwal.c is the door (GUCs, hooks, worker
+ * registration), ring_format.c the on-media layout, ring_file.c opening and
+ * persisting the ring, state.c the shared memory, status.c the SQL view.
+ *
+ * IDENTIFICATION
+ *		pmwal.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PMWAL_H
+#define PMWAL_H
+
+#include "access/xlogdefs.h"
+#include "port/atomics.h"
+#include "storage/condition_variable.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+
+#include "ring_format.h"
+
+/* How the ring's updates are made durable. */
+typedef enum PmwalMode
+{
+	PMWAL_MODE_PMEM,			/* real persistent memory: cache flushes */
+	PMWAL_MODE_EMULATED,		/* PMEM_IS_PMEM_FORCE=1: flushes, no power safety */
+	PMWAL_MODE_MSYNC			/* ordinary mapping: msync() */
+} PmwalMode;
+
+/*
+ * The mapped ring, as seen by this process.  Set up once by the postmaster
+ * (or a standalone backend) and inherited by every child through fork(),
+ * together with the descriptor that holds the ring's lock.
+ */
+typedef struct PmwalRing
+{
+	RingHeader *hdr;
+	char	   *data;			/* hdr + RING_HEADER_SIZE */
+	uint64		capacity;		/* bytes of WAL the data area holds */
+	size_t		mapped_len;
+	int			fd;				/* holds the flock() that owns the ring */
+	PmwalMode	mode;
+} PmwalRing;
+
+/* pmwal.c: GUC variables */
+extern PGDLLIMPORT char *pmwal_path;
+extern PGDLLIMPORT int pmwal_size_mb;
+extern PGDLLIMPORT bool pmwal_enabled;
+extern PGDLLIMPORT bool pmwal_require_pmem;
+
+/* ring_file.c */
+extern PmwalRing *pmwal_ring;	/* NULL while pmwal is inactive */
+extern void pmwal_ring_attach(void);
+extern const char *pmwal_mode_name(PmwalMode mode);
+extern bool ring_persist(const void *addr, size_t len);
+extern bool ring_set_word(volatile uint64 *word, uint64 value);
+extern void ring_write(char *dst, const char *src, size_t len);
+extern bool ring_drain(XLogRecPtr start, XLogRecPtr end);
+extern void ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity);
+
+/*
+ * Why a commit could not be made durable through the ring and was made
+ * durable by syncing pg_wal instead.
+ */
+typedef enum PmwalFallback
+{
+	FALLBACK_INACTIVE,			/* the ring was not accepting commits */
+	FALLBACK_FULL,				/* no room in the ring within the bounded wait */
+	FALLBACK_LARGE,				/* more WAL to copy than pmwal copies at once */
+	FALLBACK_READ,				/* WAL could not be read back from pg_wal */
+	FALLBACK_RECYCLED,			/* the range's segment was already recycled */
+	FALLBACK_PERSIST,			/* persisting the ring failed (msync mode) */
+	NUM_FALLBACKS
+} PmwalFallback;
+
+/* Results of an attempt to put WAL into the ring, besides a PmwalFallback. */
+#define RING_APPEND_OK		(-1)
+#define RING_NEED_SPACE		(-2)	/* only from ring_copy_locked */
+
+/* Counters shown by pmwal_status; reset when the server (re)starts. */
+typedef enum PmwalCounter
+{
+	CTR_RING_COMMITS,			/* commits made durable through the ring */
+	CTR_COPIES,					/* copies of WAL into the ring */
+	CTR_BYTES_COPIED,
+	CTR_GAP_COPIES,				/* copies made by the flusher, not a commit */
+	CTR_SPACE_WAITS,			/* times a committer waited for room */
+	CTR_SYNCS,					/* sync rounds of pg_wal */
+	CTR_SEGMENTS_SYNCED,		/* fdatasync() calls on segments */
+	CTR_DIR_SYNCS,				/* fsync() calls on pg_wal/ */
+	CTR_FALLBACK_FIRST,			/* one counter per PmwalFallback */
+	NUM_COUNTERS = CTR_FALLBACK_FIRST + NUM_FALLBACKS
+} PmwalCounter;
+
+/*
+ * State every process consults.  Positions are LSNs.
+ *
+ *	durable_lsn		all WAL before it is fsynced in pg_wal, directory entries
+ *					included; always a record boundary
+ *	ack_lsn			a commit record ending at or before it may be
+ *					acknowledged: Max(ring last_end, durable_lsn)
+ *	cover_lsn		all WAL before it survives a power loss:
+ *					Max(ring head, durable_lsn)
+ *	pending_end		highest commit end that is waiting for the ring; the
+ *					copier moves last_end up to it
+ *	lies_running	XLogFlush calls without fsync now in progress
+ *	nosync_upto		highest flush pointer such a call left behind
+ *
+ * ring_lock serialises copying into the ring and every change of the
+ * ring's tail, head and last_end; "accepting" changes only under it too.
+ * sync_lock serialises syncing pg_wal and advancing durable_lsn.  Neither
+ * is held while waiting for the other's holder to finish a sync, except
+ * that a sync may take ring_lock briefly to move the tail.
+ */
+typedef struct PmwalShared
+{
+	LWLock	   *ring_lock;
+	LWLock	   *sync_lock;
+	pg_atomic_uint32 accepting; /* the flusher anchored the ring: use it */
+	pg_atomic_uint64 durable_lsn;
+	pg_atomic_uint64 ack_lsn;
+	pg_atomic_uint64 cover_lsn;
+	pg_atomic_uint64 pending_end;
+	pg_atomic_uint32 lies_running;
+	pg_atomic_uint64 nosync_upto;
+	TimeLineID	tli;			/* timeline of the WAL in the ring */
+	XLogSegNo	dir_synced_segno;	/* pg_wal/ fsynced since it existed */
+	pid_t		flusher_pid;
+	Latch	   *flusher_latch;
+	ConditionVariable space_cv; /* committers waiting for room */
+	pg_atomic_uint32 space_waiters;
+} PmwalShared;
+
+extern PmwalShared *pmwal_shared;
+extern Size pmwal_shmem_size(void);
+extern void pmwal_shmem_request(void);
+extern void pmwal_shmem_init(void);
+extern void pmwal_count(PmwalCounter counter, uint64 n);
+extern uint64 pmwal_counter_total(PmwalCounter counter);
+extern void pmwal_advance(pg_atomic_uint64 *lsn, XLogRecPtr to);
+extern const char *pmwal_fallback_name(PmwalFallback reason);
+
+/* pmwal.c */
+extern PGDLLIMPORT int pmwal_flush_interval;
+extern void pmwal_check_loaded(void);
+extern const char *pmwal_stand_aside_reason(void);
+extern bool pmwal_sync_method_conflicts(void);
+
+/* commit.c */
+extern void pmwal_commit_init(void);
+
+/* wal_copy.c */
+extern int	ring_append(XLogRecPtr end, bool is_commit);
+extern int	ring_copy_locked(XLogRecPtr end, bool is_commit);
+extern int	ring_reanchor_locked(XLogRecPtr at);
+extern void ring_publish_acks(void);
+extern void ring_close_segment(void);
+
+/* wal_sync.c */
+extern void pmwal_sync_upto(XLogRecPtr upto, XLogRecPtr boundary);
+extern void pmwal_fallback(XLogRecPtr end, bool is_boundary, PmwalFallback reason);
+extern XLogRecPtr pmwal_write_boundary(void);
+
+/* restore.c */
+extern void pmwal_restore(void);
+
+/* flusher.c */
+extern void pmwal_flusher_register(void);
+PGDLLEXPORT void pmwal_flusher_main(Datum main_arg);
+
+#endif							/* PMWAL_H */

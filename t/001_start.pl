@@ -1,0 +1,58 @@
+# Starting with pmwal: the ring is created 0600 and initialised, the status
+# view reports it, and pmwal refuses to work when not preloaded.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PmwalTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = pmwal_node('start');
+my $ring = $node->{pmwal_ring};
+$node->start;
+
+ok(-f $ring, 'ring file created on first start');
+is((stat $ring)[2] & 07777, 0600, 'ring file has mode 0600');
+is(-s $ring, 4096 + 8 * 1024 * 1024, 'ring file is header plus pmwal.size');
+ok($node->log_contains(qr/LOG:  pmwal created ring file "\Q$ring\E"/),
+	'creation is logged');
+ok($node->log_contains(qr/WARNING:  pmwal ring "\Q$ring\E" is emulated persistent memory/),
+	'emulation is reported with a WARNING');
+is(ring_field($ring, 'magic'), 'PMWALRNG', 'ring header carries the magic');
+is(ring_field($ring, 'system_identifier'),
+	$node->safe_psql('postgres', 'SELECT system_identifier FROM pg_control_system()'),
+	'ring header records the system identifier');
+is(ring_state($ring), RING_STATE_EMPTY, 'new ring is empty');
+
+$node->safe_psql('postgres', 'CREATE EXTENSION pmwal');
+is( $node->safe_psql(
+		'postgres',
+		'SELECT path, mode, capacity, state FROM pmwal_status'),
+	"$ring|emulated|8388608|empty",
+	'status view reports the ring');
+
+# The emulation warning is repeated at every start.
+$node->restart;
+my $warnings = () =
+  slurp_file($node->logfile) =~ /is emulated persistent memory/g;
+is($warnings, 2, 'emulation WARNING at every start');
+$node->stop;
+
+# Without shared_preload_libraries, pmwal refuses clearly.
+my $plain = PostgreSQL::Test::Cluster->new('plain');
+$plain->init;
+$plain->start;
+my ($ret, $out, $err) = $plain->psql('postgres', 'CREATE EXTENSION pmwal');
+isnt($ret, 0, 'CREATE EXTENSION fails without preloading');
+like($err, qr/ERROR:  pmwal must be loaded via shared_preload_libraries/,
+	'error says pmwal must be preloaded');
+like($err, qr/HINT:  Add pmwal to shared_preload_libraries/, 'with a hint');
+($ret, $out, $err) = $plain->psql('postgres', q{LOAD 'pmwal'});
+like($err, qr/pmwal must be loaded via shared_preload_libraries/,
+	'LOAD fails the same way');
+$plain->stop;
+
+done_testing();

@@ -1,0 +1,147 @@
+# The commit path: commits go through the ring and move the counters; a
+# commit too large for the ring falls back and is counted; pmwal.enabled
+# switches online; wal_sync_method = open_datasync is refused; 2PC, DROP
+# TABLE and a long transaction across checkpoints and WAL switches work.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PmwalTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = pmwal_node(
+	'commit',
+	conf => qq{
+max_prepared_transactions = 5
+wal_writer_delay = 10s
+});
+$node->start;
+$node->safe_psql('postgres',
+	'CREATE EXTENSION pmwal; CREATE TABLE t (id int PRIMARY KEY, v text)');
+ok(wait_accelerated($node, 't'), 'commits are accelerated once the flusher anchored the ring');
+ok($node->log_contains(qr/pmwal ring ".*" anchored at [0-9A-F]+\/[0-9A-F]+; commits are made durable through it/),
+	'anchoring is logged');
+
+# --- commits move the counters, and PostgreSQL stops fsyncing WAL
+my $before = pmwal_status($node);
+$node->safe_psql('postgres', 'SELECT pg_stat_reset_shared(\'wal\')');
+$node->safe_psql('postgres', "INSERT INTO t VALUES ($_, 'x')") for 1 .. 200;
+my $after = pmwal_status($node);
+cmp_ok($after->{ring_commits} - $before->{ring_commits}, '>=', 200,
+	'200 commits went through the ring');
+cmp_ok($after->{ring_copies}, '>', $before->{ring_copies}, 'WAL was copied into the ring');
+cmp_ok($after->{bytes_copied}, '>', $before->{bytes_copied}, 'bytes copied are counted');
+my $wal_syncs = $node->safe_psql('postgres', 'SELECT wal_sync FROM pg_stat_wal');
+cmp_ok($wal_syncs, '<', 20, "PostgreSQL itself fsynced WAL only $wal_syncs times for 200 commits");
+is($after->{state}, 'in use', 'ring state is "in use"');
+ok(defined $after->{flusher_pid} && $after->{flusher_pid} > 0, 'flusher pid is shown');
+
+# read-only transactions cost nothing
+$before = pmwal_status($node);
+$node->safe_psql('postgres', 'SELECT count(*) FROM t') for 1 .. 20;
+$after = pmwal_status($node);
+is($after->{ring_commits}, $before->{ring_commits}, 'read-only transactions do not touch the ring');
+
+# --- a commit whose WAL exceeds a quarter of the ring is synced instead
+# (8MB ring: more than 2MB of WAL in one go; wal_writer_delay = 10s keeps
+# the WAL writer from flushing it in between)
+$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
+$node->safe_psql('postgres', 'CHECKPOINT');
+$before = pmwal_status($node);
+$node->safe_psql('postgres',
+	"INSERT INTO t SELECT g, repeat('y', 200) FROM generate_series(1000, 21000) g");
+$after = pmwal_status($node);
+is($after->{fallback_large} - $before->{fallback_large}, 1,
+	'a commit larger than the copy limit falls back to a sync and is counted');
+cmp_ok($after->{segments_synced}, '>', $before->{segments_synced},
+	'the fallback synced WAL segments');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id >= 1000'), '20001',
+	'the large commit is there');
+$node->safe_psql('postgres', "INSERT INTO t VALUES (50000, 'after large')");
+$after = pmwal_status($node);
+cmp_ok($after->{ring_commits}, '>', $before->{ring_commits},
+	'the next small commit goes through the ring again');
+
+# --- 2PC and DROP TABLE
+$node->safe_psql('postgres', q{
+BEGIN; INSERT INTO t VALUES (60000, '2pc'); PREPARE TRANSACTION 'p1';
+COMMIT PREPARED 'p1';
+BEGIN; INSERT INTO t VALUES (60001, '2pc rolled back'); PREPARE TRANSACTION 'p2';
+ROLLBACK PREPARED 'p2';
+CREATE TABLE doomed AS SELECT generate_series(1, 1000) AS g;
+DROP TABLE doomed;
+});
+is($node->safe_psql('postgres', 'SELECT string_agg(id::text, \',\' ORDER BY id) FROM t WHERE id >= 60000'),
+	'60000', 'COMMIT PREPARED and ROLLBACK PREPARED work');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname = 'doomed'}),
+	'0', 'DROP TABLE committed');
+
+# --- a long open transaction across WAL switches and checkpoints: the
+# segments its WAL started in are recycled before it commits
+my $long = $node->background_psql('postgres');
+$long->query_safe("BEGIN; INSERT INTO t VALUES (70000, 'long')");
+for (1 .. 4)
+{
+	$node->safe_psql('postgres',
+		"INSERT INTO t SELECT g, 'filler' FROM generate_series(100000 * $_, 100000 * $_ + 5000) g");
+	$node->safe_psql('postgres', 'SELECT pg_switch_wal(); CHECKPOINT;');
+}
+$long->query_safe('COMMIT');
+$long->quit;
+is($node->safe_psql('postgres', 'SELECT v FROM t WHERE id = 70000'), 'long',
+	'a transaction opened before several checkpoints commits');
+ok(!$node->log_contains(qr/PANIC/), 'no PANIC');
+$node->safe_psql('postgres', "INSERT INTO t VALUES (70001, 'after')");
+ok(wait_accelerated($node, 't'), 'still accelerated after recycling');
+
+# --- pmwal.enabled off and on, online
+$node->append_conf('postgresql.conf', 'pmwal.enabled = off');
+$node->reload;
+ok(wait_accelerated($node, 'f'), 'pmwal.enabled = off stops acceleration');
+ok( $node->poll_query_until(
+		'postgres', q{SELECT reason = 'pmwal.enabled is off' AND state = 'empty' AND bytes_in_use = 0 FROM pmwal_status}),
+	'the flusher drained the ring and the status says why');
+$before = pmwal_status($node);
+$node->safe_psql('postgres', 'SELECT pg_stat_reset_shared(\'wal\')');
+$node->safe_psql('postgres', "INSERT INTO t VALUES (80000 + $_, 'off')") for 1 .. 20;
+$after = pmwal_status($node);
+is($after->{ring_commits}, $before->{ring_commits}, 'disabled: commits do not use the ring');
+cmp_ok($node->safe_psql('postgres', 'SELECT wal_sync FROM pg_stat_wal'), '>=', 20,
+	'disabled: PostgreSQL fsyncs each commit itself');
+$node->append_conf('postgresql.conf', 'pmwal.enabled = on');
+$node->reload;
+ok(wait_accelerated($node, 't'), 'pmwal.enabled = on resumes acceleration');
+$node->safe_psql('postgres', "INSERT INTO t VALUES (90000, 'on again')");
+cmp_ok(pmwal_status($node)->{ring_commits}, '>', $after->{ring_commits},
+	'enabled again: commits use the ring');
+
+# --- the flusher terminated on its own comes back
+my $pid = pmwal_status($node)->{flusher_pid};
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+ok( $node->poll_query_until(
+		'postgres', "SELECT accelerated AND flusher_pid <> $pid FROM pmwal_status"),
+	'a terminated flusher is restarted and anchors again');
+
+# --- wal_sync_method = open_datasync: refused at start, stood aside at reload
+$node->append_conf('postgresql.conf', 'wal_sync_method = open_datasync');
+$node->reload;
+ok( $node->poll_query_until(
+		'postgres', q{SELECT NOT accelerated AND reason = 'wal_sync_method is open_sync or open_datasync' FROM pmwal_status}),
+	'switching to open_datasync at reload makes pmwal stand aside');
+$node->stop;
+my $log_pos = -s $node->logfile;
+ok(!$node->start(fail_ok => 1), 'server refuses to start with open_datasync');
+like(
+	substr(slurp_file($node->logfile), $log_pos),
+	qr/FATAL:  pmwal cannot be used with wal_sync_method = open_datasync/,
+	'the refusal names the setting');
+$node->append_conf('postgresql.conf', 'wal_sync_method = fdatasync');
+$node->start;
+is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id >= 60000'), '20028',
+	'all rows survived the restarts');
+$node->stop;
+
+done_testing();

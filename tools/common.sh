@@ -1,0 +1,49 @@
+# tools/common.sh -- shared by tools/test and tools/demo: install what pmwal
+# needs from Debian's archive, build and install it, and pick the
+# unprivileged user that runs PostgreSQL (which refuses to run as root).
+
+PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox"
+
+need_root() {
+	if [ "$(id -u)" != 0 ]; then
+		echo "run this as root (sudo $0): it installs packages and pmwal" >&2
+		exit 1
+	fi
+}
+
+install_packages() {
+	missing=""
+	for p in $PACKAGES; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+	done
+	if [ -n "$missing" ]; then
+		echo "== installing:$missing"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -q
+		# shellcheck disable=SC2086
+		apt-get install -y -q $missing
+	fi
+}
+
+build_and_install() {
+	echo "== building pmwal with -Wall -Wextra -Werror"
+	make -s clean
+	make -s PG_CFLAGS="-Wall -Wextra -Werror"
+	make -s install
+}
+
+# The user that owns the checkout while tests write into it: the user who
+# called sudo, or a dedicated one when run as root directly (CI).
+pick_test_user() {
+	if [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
+		TEST_USER=$SUDO_USER
+	else
+		TEST_USER=pmwaltest
+		id "$TEST_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$TEST_USER"
+		chown -R "$TEST_USER" .
+	fi
+}
+
+as_test_user() {
+	runuser -u "$TEST_USER" -- env PATH="/usr/lib/postgresql/15/bin:$PATH" "$@"
+}
