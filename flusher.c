@@ -314,5 +314,8 @@ pmwal_flusher_main(Datum main_arg)
 	 */
 	drain_ring();
 	ring_close_segment();
+	ereport(LOG,
+			(errmsg("pmwal drained the ring at %X/%X before the flusher exits",
+					LSN_FORMAT_ARGS(pmwal_ring->hdr->head.v))));
 	proc_exit(1);
 }

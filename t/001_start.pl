@@ -25,14 +25,15 @@ is(ring_field($ring, 'magic'), 'PMWALRNG', 'ring header carries the magic');
 is(ring_field($ring, 'system_identifier'),
 	$node->safe_psql('postgres', 'SELECT system_identifier FROM pg_control_system()'),
 	'ring header records the system identifier');
-is(ring_state($ring), RING_STATE_EMPTY, 'new ring is empty');
 
 $node->safe_psql('postgres', 'CREATE EXTENSION pmwal');
+ok(wait_accelerated($node, 't'), 'the flusher anchors the ring');
 is( $node->safe_psql(
 		'postgres',
 		'SELECT path, mode, capacity, state FROM pmwal_status'),
-	"$ring|emulated|8388608|empty",
-	'status view reports the ring');
+	"$ring|emulated|8388608|in use",
+	'status view reports the ring in use');
+is(ring_state($ring), RING_STATE_IN_USE, 'ring state word says in use');
 
 # The emulation warning is repeated at every start.
 $node->restart;
@@ -40,6 +41,8 @@ my $warnings = () =
   slurp_file($node->logfile) =~ /is emulated persistent memory/g;
 is($warnings, 2, 'emulation WARNING at every start');
 $node->stop;
+is(ring_state($ring), RING_STATE_EMPTY, 'a clean shutdown leaves the ring empty');
+ok($node->log_contains(qr/pmwal drained the ring/), 'the drain at shutdown is logged');
 
 # Without shared_preload_libraries, pmwal refuses clearly.
 my $plain = PostgreSQL::Test::Cluster->new('plain');

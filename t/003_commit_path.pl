@@ -5,6 +5,7 @@
 use strict;
 use warnings;
 use FindBin;
+use IPC::Run;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
@@ -14,6 +15,7 @@ use Test::More;
 
 my $node = pmwal_node(
 	'commit',
+	init => { allows_streaming => 1 },
 	conf => qq{
 max_prepared_transactions = 5
 wal_writer_delay = 10s
@@ -51,8 +53,13 @@ is($after->{ring_commits}, $before->{ring_commits}, 'read-only transactions do n
 $node->safe_psql('postgres', 'SELECT pg_switch_wal()');
 $node->safe_psql('postgres', 'CHECKPOINT');
 $before = pmwal_status($node);
-$node->safe_psql('postgres',
-	"INSERT INTO t SELECT g, repeat('y', 200) FROM generate_series(1000, 21000) g");
+# The 3MB logical message is one WAL record, inserted just before the commit
+# record, so no flush by another process can cut the commit's tail short.
+$node->safe_psql('postgres', q{
+BEGIN;
+INSERT INTO t SELECT g, repeat('y', 200) FROM generate_series(1000, 21000) g;
+SELECT pg_logical_emit_message(true, 'pmwal', repeat('y', 3000000));
+COMMIT;});
 $after = pmwal_status($node);
 is($after->{fallback_large} - $before->{fallback_large}, 1,
 	'a commit larger than the copy limit falls back to a sync and is counted');
@@ -118,12 +125,69 @@ $node->safe_psql('postgres', "INSERT INTO t VALUES (90000, 'on again')");
 cmp_ok(pmwal_status($node)->{ring_commits}, '>', $after->{ring_commits},
 	'enabled again: commits use the ring');
 
-# --- the flusher terminated on its own comes back
+# --- the flusher terminated on its own drains the ring and comes back
+# (it has no PGPROC in the proc array, so pg_terminate_backend cannot reach it)
 my $pid = pmwal_status($node)->{flusher_pid};
-$node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)");
+kill 'TERM', $pid;
 ok( $node->poll_query_until(
 		'postgres', "SELECT accelerated AND flusher_pid <> $pid FROM pmwal_status"),
 	'a terminated flusher is restarted and anchors again');
+
+# --- a synchronous standby requested: pmwal stands aside, and a commit
+# still waits for the (absent) standby instead of being forced async
+$node->append_conf('postgresql.conf', "synchronous_standby_names = 'nosuchstandby'");
+$node->reload;
+ok( $node->poll_query_until(
+		'postgres', q{SELECT NOT accelerated AND reason ~ 'synchronous replication' FROM pmwal_status}),
+	'a synchronous standby requested makes pmwal stand aside, and says why');
+my $syncrep = $node->background_psql('postgres', on_error_stop => 0);
+$syncrep->query_until(qr/started/, "\\echo started\nINSERT INTO t VALUES (95000, 'syncrep');\n");
+ok( $node->poll_query_until(
+		'postgres', q{SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'SyncRep'}),
+	'the commit waits for the synchronous standby');
+$node->safe_psql('postgres',
+	q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'});
+$syncrep->quit;
+$node->append_conf('postgresql.conf', "synchronous_standby_names = ''");
+$node->reload;
+ok(wait_accelerated($node, 't'), 'without a synchronous standby, commits are accelerated again');
+
+# --- the flusher killed with SIGKILL under load: the server crash-restarts,
+# the ring is restored, no acknowledged commit is missing, and the flusher
+# comes back.  pgbench's per-transaction log lists the acknowledged commits.
+$node->append_conf('postgresql.conf', 'restart_after_crash = on');
+$node->reload;
+$node->safe_psql('postgres', 'CREATE TABLE acked (id bigint PRIMARY KEY)');
+my $script = $node->basedir . '/acked.sql';
+PostgreSQL::Test::Utils::append_to_file($script,
+	"\\set id random(1, 1000000000000)\nINSERT INTO acked VALUES (:id + :client_id);\n");
+my $txlog = $node->basedir . '/txlog';
+my ($bench_out, $bench_err) = ('', '');
+my $bench = IPC::Run::start(
+	[ 'pgbench', '-n', '-c', '4', '-T', '60', '-f', $script, '-l',
+	  "--log-prefix=$txlog", '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'>', \$bench_out, '2>', \$bench_err);
+ok( $node->poll_query_until('postgres', 'SELECT count(*) >= 500 FROM acked'),
+	'load is running');
+$pid = pmwal_status($node)->{flusher_pid};
+kill 'KILL', $pid;
+$bench->finish;
+ok($node->wait_for_log(qr/all server processes terminated; reinitializing/),
+	'the server crash-restarts after the flusher was killed');
+ok(wait_accelerated($node, 't'), 'the flusher is back and commits are accelerated again');
+my @acked;
+for my $f (glob("$txlog.*"))
+{
+	for (split /\n/, slurp_file($f))
+	{
+		my @f = split / /;
+		push @acked, $_ if @f >= 6 && $f[2] =~ /^\d+$/;
+	}
+}
+my $acked_count = scalar @acked;
+my $present = $node->safe_psql('postgres', 'SELECT count(*) FROM acked');
+cmp_ok($acked_count, '>=', 500, "pgbench acknowledged $acked_count commits before the kill");
+cmp_ok($present, '>=', $acked_count, "all $acked_count acknowledged commits are present ($present rows)");
 
 # --- wal_sync_method = open_datasync: refused at start, stood aside at reload
 $node->append_conf('postgresql.conf', 'wal_sync_method = open_datasync');
@@ -140,7 +204,7 @@ like(
 	'the refusal names the setting');
 $node->append_conf('postgresql.conf', 'wal_sync_method = fdatasync');
 $node->start;
-is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id >= 60000'), '20028',
+is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id >= 60000'), '20029',
 	'all rows survived the restarts');
 $node->stop;
 
