@@ -62,3 +62,14 @@ clean: clean-pmwal_ctl
 .PHONY: clean-pmwal_ctl
 clean-pmwal_ctl:
 	$(MAKE) -C pmwal_ctl clean
+
+# The power-loss harness the TAP tests run the server under (an LD_PRELOAD
+# library, independent of PostgreSQL); built here so a build failure shows
+# at build time, not as a failing test.
+all: powercut
+.PHONY: powercut clean-powercut
+powercut:
+	$(MAKE) -C tools/powercut
+clean: clean-powercut
+clean-powercut:
+	$(MAKE) -C tools/powercut clean

@@ -178,4 +178,249 @@ END
 	unlink @rings;
 }
 
+# ---------------------------------------------------------------------------
+# Simulated power loss (tools/powercut, README.md there).  A node started
+# with powercut_start() runs under libpowercut.so, which logs every write
+# and sync in its pg_wal; powercut_kill() stops and kills every server
+# process; powercut_cut() then undoes in pg_wal whatever a power cut at that
+# moment could have lost.  What is lost is decided from the system calls
+# the server made, not from pmwal's or PostgreSQL's bookkeeping.
+# ---------------------------------------------------------------------------
+use Cwd ();
+use File::Basename ();
+use IPC::Run ();
+use Time::HiRes ();
+
+push @EXPORT, qw(powercut_start powercut_kill powercut_cut powercut
+  acked_load_start acked_load_finish acked_check);
+
+my $powercut_tools =
+  Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../tools/powercut');
+
+# Path of libpowercut.so, built on first use (it is not part of PGXS).
+sub powercut_lib
+{
+	my $lib = "$powercut_tools/libpowercut.so";
+	if (!-f $lib || grep { -M $lib > -M "$powercut_tools/$_" } qw(powercut.c powercut.h))
+	{
+		system('make', '-s', '-C', $powercut_tools) == 0
+		  or BAIL_OUT("could not build $lib");
+	}
+	return $lib;
+}
+
+# Start $node with the power-cut log on, in a fresh log file.  The previous
+# log, if any, was cut already: what it left on disk is the new baseline.
+sub powercut_start
+{
+	my ($node, %params) = @_;
+	my $log = $node->basedir . '/powercut.log';
+
+	unlink $log;
+	$node->{powercut_log} = $log;
+	local $ENV{LD_PRELOAD} = powercut_lib();
+	local $ENV{POWERCUT_LOG} = $log;
+	local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
+	return $node->start(%params);
+}
+
+# State letter of a process from /proc, '' when it is gone.  A zombie is
+# not gone: a new postmaster takes a zombie's pid in postmaster.pid for a
+# running server.
+sub _proc_state
+{
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or return '';
+	my $stat = <$fh>;
+	close $fh;
+	return '' unless defined $stat && $stat =~ /\)\s+(\S)\s/;
+	return $1;
+}
+
+sub _children_of
+{
+	my ($ppid) = @_;
+	my @kids;
+	opendir my $dh, '/proc' or die "could not read /proc: $!";
+	for my $pid (grep { /^\d+$/ } readdir $dh)
+	{
+		open my $fh, '<', "/proc/$pid/stat" or next;
+		my $stat = <$fh>;
+		close $fh;
+		push @kids, $pid if defined $stat && $stat =~ /\)\s+\S\s+(\d+)\s/ && $1 == $ppid;
+	}
+	closedir $dh;
+	return @kids;
+}
+
+# Stop the world, then kill it: SIGSTOP the postmaster (it forks no more),
+# then every child, and wait until all of them are stopped -- a stopped
+# process is not inside a system call, so no write and no log record is
+# half done -- then SIGKILL them all and wait until they are gone.  The
+# moment of the power cut is the moment the last process stopped.
+sub powercut_kill
+{
+	my ($node) = @_;
+	my $pm = $node->{_pid};
+	die "powercut_kill: node " . $node->name . " is not running" unless $pm;
+
+	my %procs = ($pm => 1);
+	kill 'STOP', $pm;
+	my $deadline = time + 60;
+	while (1)
+	{
+		for my $kid (_children_of($pm))
+		{
+			next if $procs{$kid};
+			$procs{$kid} = 1;
+			kill 'STOP', $kid;
+		}
+		my @running = grep { my $s = _proc_state($_); $s ne '' && $s ne 'T' && $s ne 'Z' } keys %procs;
+		last unless @running;
+		die "powercut_kill: processes @running do not stop" if time > $deadline;
+		Time::HiRes::usleep(5_000);
+	}
+	# one more look: a fork the postmaster finished just before it stopped
+	for my $kid (_children_of($pm))
+	{
+		$procs{$kid} = 1;
+		kill 'STOP', $kid;
+	}
+	my @pids = keys %procs;
+	kill 'KILL', @pids;
+	$node->{_pid} = undef;
+	while (my @alive = grep { _proc_state($_) ne '' } @pids)
+	{
+		die "powercut_kill: processes @alive survive SIGKILL" if time > $deadline;
+		Time::HiRes::usleep(5_000);
+	}
+	note('killed ' . scalar(@pids) . ' server processes of node ' . $node->name);
+	return scalar @pids;
+}
+
+# Apply the power cut to pg_wal from the log; returns the summary as a
+# hash (undone, bytes, removed, renames, durable, records) and notes the
+# report.  The log is kept as powercut.log.cut for inspection.
+sub powercut_cut
+{
+	my ($node) = @_;
+	my $log = $node->{powercut_log} or die "powercut_cut: node was not started with powercut_start";
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $^X, "$powercut_tools/powercut_cut", '--verbose', $log,
+			$node->data_dir . '/pg_wal' ], '>', \$out, '2>', \$err)
+	  or die "powercut_cut failed: $err$out";
+	note($out);
+	my ($summary) = $out =~ /^(powercut: \d+ writes undone.*)$/m
+	  or die "powercut_cut printed no summary: $out";
+	my %s;
+	@s{qw(undone bytes removed renames durable)} =
+	  $summary =~ /(\d+) writes undone \((\d+) bytes\), (\d+) files removed, (\d+) renames undone; (\d+) writes durable/;
+	($s{records}) = $summary =~ /(\d+) records/;
+	$s{summary} = $summary;
+	rename $log, "$log.cut";
+	delete $node->{powercut_log};
+	return \%s;
+}
+
+# Kill and cut in one go.
+sub powercut
+{
+	my ($node) = @_;
+	powercut_kill($node);
+	return powercut_cut($node);
+}
+
+# Start pgbench clients that insert unique ids into $opts{table} (a bigint
+# primary key) in autocommit transactions.  Client c's n-th transaction
+# inserts base + c * 1e9 + n; pgbench's per-transaction log (-l) has a line
+# for each transaction only once the server acknowledged its COMMIT, so
+# the ids acknowledged by client c are base + c * 1e9 + 1 .. + (its lines).
+# Options: table, clients (4), base (0), duration (600 s), tag; big => N
+# makes one transaction in N (on average) a large one that also inserts
+# big_rows (5000) rows into the table "filler" (id int, v text) before its
+# id, in the same transaction.
+sub acked_load_start
+{
+	my ($node, %opts) = @_;
+	my $table = $opts{table} // 't';
+	my $clients = $opts{clients} // 4;
+	my $base = $opts{base} // 0;
+	my $tag = $opts{tag} // 'load';
+	my $script = $node->basedir . "/$tag.sql";
+	my $prefix = $node->basedir . "/$tag.txlog";
+	my $next_id = "\\set n :n + 1\n\\set id :base + :client_id * 1000000000 + :n\n";
+	my @scripts = ('-f', $opts{big} ? "$script\@$opts{big}" : $script);
+	my ($out, $err) = ('', '');
+
+	unlink glob("$prefix.*");
+	PostgreSQL::Test::Utils::append_to_file($script,
+		"$next_id" . "INSERT INTO $table VALUES (:id);\n")
+	  unless -e $script;
+	if ($opts{big})
+	{
+		my $big = $node->basedir . "/$tag.big.sql";
+		my $rows = $opts{big_rows} // 5000;
+		PostgreSQL::Test::Utils::append_to_file($big,
+			"$next_id" . "BEGIN;\n"
+			  . "INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, $rows) g;\n"
+			  . "INSERT INTO $table VALUES (:id);\nCOMMIT;\n")
+		  unless -e $big;
+		push @scripts, '-f', "$big\@1";
+	}
+	my $h = IPC::Run::start(
+		[ 'pgbench', '-n', '-c', $clients, '-j', '1', '-T', $opts{duration} // 600,
+		  @scripts, '-D', 'n=0', '-D', "base=$base", '-l', "--log-prefix=$prefix",
+		  '-h', $node->host, '-p', $node->port, 'postgres' ],
+		'>', \$out, '2>', \$err);
+	return { h => $h, out => \$out, err => \$err, prefix => $prefix, table => $table,
+		clients => $clients, base => $base };
+}
+
+# Wait for pgbench to end (it does once the server is gone) and count the
+# acknowledged transactions of each client.
+sub acked_load_finish
+{
+	my ($load) = @_;
+	$load->{h}->finish;
+	my %acked = map { $_ => 0 } 0 .. $load->{clients} - 1;
+	for my $f (glob("$load->{prefix}.*"))
+	{
+		open my $fh, '<', $f or die "could not read $f: $!";
+		while (<$fh>)
+		{
+			my @f = split / /;
+			$acked{ $f[0] }++ if @f >= 6 && $f[2] =~ /^\d+$/;
+		}
+		close $fh;
+	}
+	$load->{acked} = \%acked;
+	my $total = 0;
+	$total += $_ for values %acked;
+	$load->{total} = $total;
+	return $total;
+}
+
+# Check every acknowledged id against the table.  Returns (acknowledged,
+# missing, extra): extra counts rows beyond the acknowledged ones, at most
+# one per client (the transaction in flight at the kill) if the id scheme
+# holds.
+sub acked_check
+{
+	my ($node, $load) = @_;
+	my ($acked, $missing, $extra) = (0, 0, 0);
+	for my $c (sort { $a <=> $b } keys %{ $load->{acked} })
+	{
+		my $n = $load->{acked}{$c};
+		my $lo = $load->{base} + $c * 1_000_000_000;
+		my ($hi, $end) = ($lo + $n, $lo + 1_000_000_000);
+		my ($present, $all) = split /\|/, $node->safe_psql('postgres',
+			"SELECT count(*) FILTER (WHERE id <= $hi), count(*) FROM $load->{table} "
+			  . "WHERE id > $lo AND id < $end");
+		$acked += $n;
+		$missing += $n - $present;
+		$extra += $all - $present;
+	}
+	return ($acked, $missing, $extra);
+}
+
 1;
