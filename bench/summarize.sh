@@ -56,10 +56,10 @@ if command -v gnuplot >/dev/null; then
 		done
 	done
 	{
-		echo "set terminal pngcairo size $((520 * nw)),420 noenhanced"
+		echo "set terminal pngcairo size $((520 * nw)),480 noenhanced"
 		echo "set output '$dir/tps.png'"
 		echo "set multiplot layout 1,$nw"
-		echo "set logscale x 2; set xlabel 'clients'; set ylabel 'TPS (median)'; set key top left; set grid"
+		echo "set logscale x 2; set xlabel 'clients'; set ylabel 'TPS (median)'; set key outside bottom center vertical; set yrange [0:*]; set grid"
 		for w in $workloads; do
 			echo "set title '$w'"
 			echo "plot '$dir/plot_${w}_A.dat' with linespoints lw 2 title 'A stock sync commit', \
