@@ -120,14 +120,23 @@ typedef struct PmwalShared
 {
 	LWLock	   *ring_lock;
 	LWLock	   *sync_lock;
-	pg_atomic_uint32 accepting; /* the flusher anchored the ring: use it */
+
+	/*
+	 * Every commit reads the first group and writes the other two; each
+	 * group has a cache line of its own so that the writes of one core do
+	 * not keep invalidating what the other core only reads.
+	 */
+	/* accepting: the flusher anchored the ring, commits may use it */
+	pg_atomic_uint32 accepting pg_attribute_aligned(PG_CACHE_LINE_SIZE);
 	pg_atomic_uint64 durable_lsn;
 	pg_atomic_uint64 ack_lsn;
 	pg_atomic_uint64 cover_lsn;
-	pg_atomic_uint64 pending_end;
-	pg_atomic_uint32 lies_running;
+	pg_atomic_uint64 pending_end pg_attribute_aligned(PG_CACHE_LINE_SIZE);
+	pg_atomic_uint32 lies_running pg_attribute_aligned(PG_CACHE_LINE_SIZE);
 	pg_atomic_uint64 nosync_upto;
-	TimeLineID	tli;			/* timeline of the WAL in the ring */
+
+	/* the rest is read and written by the flusher and under ring_lock */
+	TimeLineID	tli pg_attribute_aligned(PG_CACHE_LINE_SIZE);	/* timeline of the WAL in the ring */
 	XLogSegNo	dir_synced_segno;	/* pg_wal/ fsynced since it existed */
 	pid_t		flusher_pid;
 	Latch	   *flusher_latch;
