@@ -363,7 +363,7 @@ pmwal_restore(void)
 	if (tail > redo && prev != InvalidXLogRecPtr)
 		check_connects(tail, prev, tli);
 
-	from = Max(tail, redo);
+	from = RING_RESTORE_FROM(tail, redo);
 	nsegs = write_segments(from, head, tli);
 	test_pause();
 	if (control->state != DB_SHUTDOWNED && control->state != DB_SHUTDOWNED_IN_RECOVERY)

@@ -126,6 +126,15 @@ typedef enum RingCheck
  */
 #define RING_TAIL_PAGE(tail)	((tail) - (tail) % XLOG_BLCKSZ)
 
+/*
+ * Where a restore starts writing: recovery needs nothing before the redo
+ * point, but it needs the page that holds it from its header on, and WAL
+ * from the tail on may not be durable.  Everything from here on is in
+ * [tail, head) and so verified before it is written.
+ */
+#define RING_RESTORE_FROM(tail, redo) \
+	Max((tail), (redo) - (redo) % XLOG_BLCKSZ)
+
 /* Byte offset of LSN "lsn" inside the data area. */
 #define RING_OFFSET(capacity, lsn)	((uint64) (lsn) % (uint64) (capacity))
 

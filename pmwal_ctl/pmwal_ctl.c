@@ -192,7 +192,7 @@ cmd_inspect(Ring *ring, ControlFileData *control)
 			   control->checkPointCopy.ThisTimeLineID);
 	else
 		printf("restore at start:   yes: %X/%X to %X/%X (checkpoint redo point %X/%X)\n",
-			   LSN_FORMAT_ARGS(Max(hdr->tail.v, control->checkPointCopy.redo)),
+			   LSN_FORMAT_ARGS(RING_RESTORE_FROM(hdr->tail.v, control->checkPointCopy.redo)),
 			   LSN_FORMAT_ARGS(hdr->head.v),
 			   LSN_FORMAT_ARGS(control->checkPointCopy.redo));
 	return 0;
@@ -437,8 +437,14 @@ main(int argc, char **argv)
 				discard = true;
 				break;
 			default:
-				usage();
-				exit(c == '?' ? 0 : 1);
+				/* "-?" asks for help; getopt also returns '?' for a bad option */
+				if (strcmp(argv[optind - 1], "-?") == 0)
+				{
+					usage();
+					exit(0);
+				}
+				pg_log_error_hint("Try \"%s --help\" for more information.", progname);
+				exit(1);
 		}
 	}
 	if (optind != argc - 1)

@@ -1,0 +1,363 @@
+# Restore before redo: the ring is written back into pg_wal at every start
+# and crash-restart, verified first, idempotent, and refused rather than
+# guessed when its bytes are damaged.
+#
+# Every scenario runs committing load (pgbench, unique ids recorded only
+# once COMMIT returned), then a simulated power cut (t/004, tools/powercut)
+# so that pg_wal really lacks what only the ring holds.  Scenarios:
+#	1. restore after a power cut: logged with its range, bytes, records
+#	2. pg_wal bytes overwritten after the cut: restore rewrites them;
+#	   negative control: the same with the ring emptied loses commits
+#	3. SIGKILL and a second power cut during restore: the next start
+#	   restores again
+#	4. one byte flipped in the ring: FATAL, pg_wal and ring untouched;
+#	   with the byte put back, the start restores everything
+#	5. torn header: ring bytes written beyond the published head are
+#	   ignored; the older head is valid
+#	6. stale ring (all before the last checkpoint): not restored, logged
+#	7. crash-restart of one backend (restart_after_crash = on) under load,
+#	   then a power cut: nothing acknowledged lost
+use strict;
+use warnings;
+use FindBin;
+use Digest::SHA;
+use File::Copy ();
+use Time::HiRes ();
+use lib $FindBin::RealBin;
+
+use PmwalTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $started = Time::HiRes::time();
+my $checked = 0;
+
+# No WAL sync but pmwal's during the load: the power cut has WAL to take.
+my $quiet_wal = q{
+shared_buffers = 64MB
+wal_writer_delay = 10s
+wal_writer_flush_after = 1GB
+checkpoint_timeout = 1h
+max_wal_size = 1GB
+restart_after_crash = off
+log_statement = none
+pmwal.flush_interval = 60s
+};
+
+my $restored_re =
+  qr/pmwal restored WAL ([0-9A-F]+\/[0-9A-F]+) to ([0-9A-F]+\/[0-9A-F]+) from the ring into pg_wal: (\d+) bytes, (\d+) records, (\d+) segments/;
+
+sub lsn
+{
+	my ($hi, $lo) = split m{/}, $_[0];
+	return hex($hi) * 2**32 + hex($lo);
+}
+
+# A fresh node under the power-cut log, with table t and committing load
+# running for a random moment; then the power cut.  Returns the node and
+# the load (acked_load_finish done).
+sub loaded_and_cut
+{
+	my ($name, %opts) = @_;
+	my $node = pmwal_node($name, size => '64MB', conf => $quiet_wal . ($opts{conf} // ''));
+	powercut_start($node);
+	$node->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
+	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
+	my $load = acked_load_start($node, tag => $name);
+	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
+	  or die "$name: the load does not run: ${ $load->{err} }";
+	Time::HiRes::sleep(0.3 + rand(1.0));
+	my $cut = powercut($node);
+	acked_load_finish($load);
+	cmp_ok($cut->{undone}, '>', 0, "$name: the power cut undid WAL writes not yet fsynced");
+	return ($node, $load);
+}
+
+# All acknowledged ids present (or, with expect_loss, some missing).
+sub check_acked
+{
+	my ($node, $load, $tag, %opts) = @_;
+	my ($n, $missing) = acked_check($node, $load);
+	diag("$tag: $n acknowledged commits checked, $missing missing");
+	cmp_ok($n, '>=', 300, "$tag: at least 300 commits were acknowledged");
+	if ($opts{expect_loss})
+	{
+		cmp_ok($missing, '>', 0, "$tag: acknowledged commits are lost ($missing of $n)");
+	}
+	else
+	{
+		is($missing, 0, "$tag: all $n acknowledged commits are present");
+		$checked += $n;
+	}
+	return $missing;
+}
+
+# Digest of every file in pg_wal and of the ring.
+sub fingerprint
+{
+	my ($node) = @_;
+	my $dir = $node->data_dir . '/pg_wal';
+	my %h;
+	opendir my $dh, $dir or die "could not read $dir: $!";
+	for my $f (sort grep { -f "$dir/$_" } readdir $dh)
+	{
+		$h{$f} = Digest::SHA->new(256)->addfile("$dir/$f")->hexdigest;
+	}
+	closedir $dh;
+	$h{ring} = Digest::SHA->new(256)->addfile($node->{pmwal_ring})->hexdigest;
+	return join("\n", map { "$_ $h{$_}" } sort keys %h);
+}
+
+# Offset of the byte at LSN $x in the ring file.
+sub ring_offset
+{
+	my ($node, $x) = @_;
+	return 4096 + $x % ring_field($node->{pmwal_ring}, 'capacity');
+}
+
+sub ring_poke
+{
+	my ($node, $offset, $bytes) = @_;
+	open my $fh, '+<:raw', $node->{pmwal_ring} or die "open ring: $!";
+	sysseek($fh, $offset, 0) or die;
+	my $old;
+	sysread($fh, $old, length $bytes) == length $bytes or die;
+	sysseek($fh, $offset, 0) or die;
+	syswrite($fh, $bytes) == length $bytes or die;
+	close $fh;
+	return $old;
+}
+
+# Path of the pg_wal segment that holds LSN $x (timeline 1, 16MB segments).
+sub segment_of
+{
+	my ($node, $x) = @_;
+	my $seg = int($x / (16 * 1024 * 1024));
+	return sprintf('%s/pg_wal/%08X%08X%08X', $node->data_dir, 1, int($seg / 256), $seg % 256);
+}
+
+# Zero pg_wal's bytes for [from, to), where the segment files exist.
+sub zero_wal
+{
+	my ($node, $from, $to) = @_;
+	my $zeroed = 0;
+	while ($from < $to)
+	{
+		my $segsize = 16 * 1024 * 1024;
+		my $n = $segsize - $from % $segsize;
+		$n = $to - $from if $n > $to - $from;
+		my $path = segment_of($node, $from);
+		if (-f $path)
+		{
+			open my $fh, '+<:raw', $path or die "open $path: $!";
+			sysseek($fh, $from % $segsize, 0) or die;
+			syswrite($fh, "\0" x $n) == $n or die;
+			close $fh;
+			$zeroed += $n;
+		}
+		$from += $n;
+	}
+	return $zeroed;
+}
+
+# Start without waiting (pg_ctl -W), under the power-cut log, with the
+# restore pausing; returns once the pause is logged.
+sub start_paused_in_restore
+{
+	my ($node) = @_;
+	my $log = $node->basedir . '/powercut.log';
+	unlink $log;
+	$node->{powercut_log} = $log;
+	my $offset = -s $node->logfile;
+	{
+		local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
+		local $ENV{POWERCUT_LOG} = $log;
+		local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
+		local $ENV{PMWAL_TEST_PAUSE_IN_RESTORE} = '60';
+		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile, '-W', 'start');
+	}
+	for (1 .. 600)
+	{
+		last if slurp_file($node->logfile, $offset) =~ /pmwal pausing in restore/;
+		Time::HiRes::sleep(0.1);
+	}
+	like(slurp_file($node->logfile, $offset), qr/pmwal pausing in restore/,
+		'the restore reached its pause');
+	my ($pid) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	$node->{_pid} = $pid;
+	return $pid;
+}
+
+# --- 1. restore after a power cut ------------------------------------------
+{
+	my ($node, $load) = loaded_and_cut('restore');
+	my $tail = ring_read_u64($node->{pmwal_ring}, 'tail');
+	my $head = ring_read_u64($node->{pmwal_ring}, 'head');
+	cmp_ok($head, '>', $tail, 'restore: the ring holds WAL after the power cut');
+	my $offset = -s $node->logfile;
+	$node->start;
+	my $log = slurp_file($node->logfile, $offset);
+	like($log, $restored_re, 'restore: one LOG line reports the restore');
+	my ($from, $to, $bytes, $records, $segs) = $log =~ $restored_re;
+	is(lsn($to), $head, 'restore: restored up to the ring head');
+	cmp_ok($bytes, '>', 0, "restore: $bytes bytes restored");
+	cmp_ok($records, '>', 0, "restore: $records records verified");
+	cmp_ok($segs, '>=', 1, "restore: $segs segments written");
+	like($log, qr/pmwal restored WAL.*redo starts at/s,
+		'restore: crash recovery ran after the restore');
+	check_acked($node, $load, 'restore');
+	$node->stop;
+}
+
+# --- 2. damaged pg_wal bytes: rewritten; negative control without the ring
+for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
+{
+	my ($tag, $empty_ring) = @$case;
+	my ($node, $load) = loaded_and_cut($tag);
+	my $ring = $node->{pmwal_ring};
+	my $tail = ring_read_u64($ring, 'tail');
+	my $head = ring_read_u64($ring, 'head');
+	my $zeroed = zero_wal($node, $tail, $head);
+	cmp_ok($zeroed, '>', 0, "$tag: $zeroed bytes of pg_wal overwritten with zeros");
+	if ($empty_ring)
+	{
+		ring_write_u64($ring, 'head', $tail);
+		ring_write_u64($ring, 'last_end', $tail);
+		ring_write_u64($ring, 'state', RING_STATE_EMPTY);
+	}
+	if ($empty_ring && !$node->start(fail_ok => 1))
+	{
+		# the zeros hit the checkpoint record: recovery cannot even begin
+		diag("$tag: $load->{total} acknowledged commits, the server cannot recover without the ring");
+		like(slurp_file($node->logfile), qr/PANIC:  could not locate a valid checkpoint record/,
+			"$tag: without the ring the server cannot recover ("
+			  . scalar(keys %{ $load->{acked} }) . ' clients, '
+			  . "$load->{total} acknowledged commits lost)");
+		next;
+	}
+	$node->start unless $empty_ring;
+	check_acked($node, $load, $tag, expect_loss => $empty_ring);
+	$node->stop;
+}
+
+# --- 3. SIGKILL and a power cut during restore ------------------------------
+{
+	my ($node, $load) = loaded_and_cut('killed_restore');
+	my $ring = $node->{pmwal_ring};
+	my $head = ring_read_u64($ring, 'head');
+	start_paused_in_restore($node);
+	isnt(ring_state($ring), RING_STATE_EMPTY, 'killed_restore: the ring is not yet marked empty at the pause');
+	my $cut = powercut($node);
+	note("killed_restore: second cut: $cut->{summary}");
+	is(ring_read_u64($ring, 'head'), $head, 'killed_restore: the ring still holds its WAL');
+	my $offset = -s $node->logfile;
+	$node->start;
+	like(slurp_file($node->logfile, $offset), $restored_re, 'killed_restore: the next start restores again');
+	check_acked($node, $load, 'killed_restore');
+	$node->stop;
+}
+
+# --- 4. one byte flipped in the ring's data area ----------------------------
+{
+	my ($node, $load) = loaded_and_cut('flipped');
+	my $ring = $node->{pmwal_ring};
+	# inside the last acknowledged commit record, never in its padding
+	my $at = ring_read_u64($ring, 'last_end') - 20;
+	my $off = ring_offset($node, $at);
+	my $old = ring_poke($node, $off, 'x');
+	ring_poke($node, $off, chr(ord($old) ^ 0xff));
+	my $before = fingerprint($node);
+	my $offset = -s $node->logfile;
+	ok(!$node->start(fail_ok => 1), 'flipped: the server refuses to start');
+	my $log = slurp_file($node->logfile, $offset);
+	like($log, qr/FATAL:  pmwal ring "[^"]+" holds damaged WAL; nothing was restored/,
+		'flipped: FATAL says the ring holds damaged WAL');
+	like($log, qr/DETAIL:  (Verifying the ring's WAL from [0-9A-F\/]+ to [0-9A-F\/]+ failed after [0-9A-F\/]+: |The ring's WAL from .* reads cleanly only to )/,
+		'flipped: DETAIL says where verification failed');
+	like($log, qr/HINT:  See "When the ring cannot be restored" in pmwal's README/,
+		'flipped: HINT points to the documented procedure');
+	is(fingerprint($node), $before, 'flipped: pg_wal and the ring are unchanged');
+	ring_poke($node, $off, $old);
+	$node->start;
+	check_acked($node, $load, 'flipped_repaired');
+	$node->stop;
+}
+
+# --- 5. torn header: bytes beyond the published head ------------------------
+{
+	my ($node, $load) = loaded_and_cut('torn');
+	my $ring = $node->{pmwal_ring};
+	my $head = ring_read_u64($ring, 'head');
+	# a copier wrote (part of) the next WAL but died before publishing head
+	my $garbage = join('', map { chr(int(rand(256))) } 1 .. 8192);
+	ring_poke($node, ring_offset($node, $head), $garbage);
+	my $offset = -s $node->logfile;
+	$node->start;
+	my (undef, $to) = slurp_file($node->logfile, $offset) =~ $restored_re;
+	is(defined $to ? lsn($to) : -1, $head, 'torn: restored up to the published head, not beyond');
+	check_acked($node, $load, 'torn');
+	$node->stop;
+}
+
+# --- 6. stale ring -----------------------------------------------------------
+{
+	my ($node, $load) = loaded_and_cut('stale');
+	my $ring = $node->{pmwal_ring};
+	File::Copy::copy($ring, "$ring.old") or die "copy: $!";
+	$node->start;
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	check_acked($node, $load, 'stale');
+	$node->stop;
+	File::Copy::copy("$ring.old", $ring) or die "copy: $!";
+	unlink "$ring.old";
+	chmod 0600, $ring;
+	cmp_ok(ring_read_u64($ring, 'head'), '>', ring_read_u64($ring, 'tail'),
+		'stale: the old ring holds WAL');
+	my $offset = -s $node->logfile;
+	$node->start;
+	my $log = slurp_file($node->logfile, $offset);
+	like($log, qr/LOG:  pmwal ring "[^"]+" holds only WAL older than the last checkpoint; not restored/,
+		'stale: LOG says the ring is older than the last checkpoint');
+	unlike($log, $restored_re, 'stale: nothing was restored');
+	is($node->safe_psql('postgres', 'SELECT count(*) > 0 FROM t'), 't', 'stale: the server started with its data');
+	$node->stop;
+}
+
+# --- 7. crash-restart of one backend, then a power cut ----------------------
+{
+	my $node = pmwal_node('backend_crash', size => '64MB',
+		conf => $quiet_wal . "restart_after_crash = on\n");
+	powercut_start($node);
+	$node->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
+	wait_accelerated($node, 't') or die 'backend_crash: commits are not accelerated';
+	my $load = acked_load_start($node, tag => 'backend_crash');
+	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
+	  or die "backend_crash: the load does not run: ${ $load->{err} }";
+	Time::HiRes::sleep(0.3 + rand(1.0));
+	my $offset = -s $node->logfile;
+	my $victim = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() LIMIT 1});
+	ok($victim =~ /^\d+$/, "backend_crash: a pgbench backend to kill ($victim)");
+	kill 'KILL', $victim;
+	acked_load_finish($load);
+	$node->poll_query_until('postgres', 'SELECT 1', '1')
+	  or die 'backend_crash: the server did not come back';
+	my $log = slurp_file($node->logfile, $offset);
+	like($log, qr/terminated by signal 9: Killed.*all server processes terminated; reinitializing/s,
+		'backend_crash: the postmaster reinitialised after the backend crash');
+	like($log, $restored_re, 'backend_crash: the ring was restored at the crash-restart');
+	# what the crash-restart wrote must be durable: cut the power now
+	my $cut = powercut($node);
+	note("backend_crash: cut after the crash-restart: $cut->{summary}");
+	$node->start;
+	check_acked($node, $load, 'backend_crash');
+	$node->stop;
+}
+
+diag(sprintf('%d acknowledged commits checked present across the restore scenarios; %.0f s',
+		$checked, Time::HiRes::time() - $started));
+
+done_testing();
