@@ -73,3 +73,7 @@ powercut:
 clean: clean-powercut
 clean-powercut:
 	$(MAKE) -C tools/powercut clean
+
+# PGXS tracks no header dependencies without --enable-depend: every object
+# depends on the shared headers, or a changed struct layout goes unnoticed.
+$(OBJS): pmwal.h ring_format.h
