@@ -70,6 +70,9 @@ checkpoint_timeout = 30min
 fsync = on
 wal_sync_method = fdatasync
 max_connections = 50
+# vacuum runs before each cell instead, as pgbench itself does: an
+# autovacuum that lands in one cell and not another is noise
+autovacuum = off
 CONF
 PMEM_IS_PMEM_FORCE=1 pg_ctl -D "$data" -l "$log" -w start >/dev/null
 psql -qX -c "CREATE EXTENSION pmwal" -c "CREATE TABLE bench_insert (id bigint, payload text)"
@@ -84,7 +87,7 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 	echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
 	echo "server: $(postgres --version)"
 	echo "pg_wal file system: $(df -T "$data/pg_wal" | awk 'NR==2 {print $2" on "$1}')"
-	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=30min wal_sync_method=fdatasync pmwal.size=64MB"
+	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=30min wal_sync_method=fdatasync pmwal.size=64MB autovacuum=off (VACUUM before each TPC-B cell)"
 	echo "duration per cell: ${duration}s, rounds: $rounds, clients: $clients, pgbench scale: $scale"
 	echo "pg_test_fsync on the pg_wal file system (one 8kB write + fdatasync):"
 	pg_test_fsync -s 2 -f "$data/pg_test_fsync.tmp" 2>/dev/null | grep -E "^\s+fdatasync" | head -1
@@ -126,6 +129,8 @@ for r in $(seq 1 "$rounds"); do
 					psql -qX -c "TRUNCATE bench_insert"
 					script=(-f "$out/insert.sql")
 				else
+					# what pgbench does before a run unless -n
+					psql -qX -c "VACUUM pgbench_branches" -c "VACUUM pgbench_tellers" -c "TRUNCATE pgbench_history"
 					script=()
 				fi
 				psql -qX -c "CHECKPOINT" -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
