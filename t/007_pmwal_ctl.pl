@@ -1,6 +1,11 @@
 # pmwal_ctl, the offline tool for a stopped cluster's ring: inspect, verify,
 # dump (read back with pg_waldump) and reset (only when confirmed), and its
 # refusals: usage errors, a ring in use by a running server.
+#
+# verify must agree with the server's restore (restore.c): it fails on
+# damage anywhere in [tail, head) and on a bad header, and it accepts what
+# the restore accepts -- a tail at a page boundary, a head that cuts off
+# the record after the last acknowledged commit.
 use strict;
 use warnings;
 use FindBin;
@@ -13,21 +18,56 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+my $started = Time::HiRes::time();
 my $node = pmwal_node('ctl', size => '16MB', conf => q{
 wal_writer_delay = 10s
 checkpoint_timeout = 1h
 pmwal.flush_interval = 60s
 restart_after_crash = off
+autovacuum = off
 });
 my $ring = $node->{pmwal_ring};
 my $pgdata = $node->data_dir;
-my $sha = sub { Digest::SHA->new(256)->addfile($ring)->hexdigest };
+my $sha = sub { Digest::SHA->new(256)->addfile($_[0] // $ring)->hexdigest };
 
 # Run pmwal_ctl; returns (exit code, stdout + stderr).
 sub ctl
 {
 	my ($stdout, $stderr) = run_command([ 'pmwal_ctl', @_ ]);
 	return ($? >> 8, "$stdout$stderr");
+}
+
+sub fmt_lsn { return sprintf('%X/%X', $_[0] >> 32, $_[0] & 0xffffffff); }
+sub parse_lsn { my ($hi, $lo) = split m{/}, $_[0]; return (hex($hi) << 32) | hex($lo); }
+
+# Read or write (when $byte is given) the data-area byte that holds LSN $lsn.
+sub ring_lsn_byte
+{
+	my ($lsn, $byte) = @_;
+	my $off = 4096 + $lsn % ring_field($ring, 'capacity');
+	open my $fh, '+<:raw', $ring or die "could not open $ring: $!";
+	sysseek($fh, $off, 0) or die "seek: $!";
+	my $buf;
+	if (defined $byte) { syswrite($fh, $byte) == 1 or die "write: $!"; }
+	else { sysread($fh, $buf, 1) == 1 or die "read: $!"; }
+	close $fh;
+	return $buf;
+}
+
+# Flip every bit of the byte at $lsn; returns the original byte.
+sub flip
+{
+	my ($lsn) = @_;
+	my $orig = ring_lsn_byte($lsn);
+	ring_lsn_byte($lsn, chr(ord($orig) ^ 0xff));
+	return $orig;
+}
+
+# The first LSN named "at X/Y" in pmwal_ctl's output, undef if none.
+sub named_lsn
+{
+	my ($out) = @_;
+	return $out =~ m{ at ([0-9A-F]+/[0-9A-F]+)} ? parse_lsn($1) : undef;
 }
 
 # --- usage -----------------------------------------------------------------
@@ -46,6 +86,9 @@ like($out, qr/Try "pmwal_ctl --help"/, 'unknown option: points to --help');
 ($rc, $out) = ctl('inspect');
 is($rc, 1, 'no ring path: exit 1');
 like($out, qr/expected exactly one ring path/, 'no ring path: said so');
+($rc, $out) = ctl('dump', $ring);
+is($rc, 1, 'dump without --to: exit 1');
+like($out, qr/dump needs --to DIR/, 'dump without --to: said so');
 ($rc, $out) = ctl('inspect', '/nonexistent/pmwal.ring');
 is($rc, 1, 'missing ring: exit 1');
 like($out, qr{could not open ring "/nonexistent/pmwal.ring": No such file or directory},
@@ -68,96 +111,248 @@ for my $cmd ([ 'verify', $ring ], [ 'dump', '--to', $node->basedir . '/nodump', 
 		"$cmd->[0] on a running server: says why");
 	is($sha->(), $before, "$cmd->[0] on a running server: ring unchanged") if $cmd->[0] eq 'reset';
 }
+ok(!-e $node->basedir . '/nodump', 'dump on a running server: wrote nothing');
 
 # --- a ring holding WAL: commits, then every server process killed ---------
+# Half the rows, then a record that ends exactly at a page boundary (sized
+# with logical messages, which need no transaction), then the rest: the
+# boundary is a record boundary inside the ring, where a tail may stand.
 my $acked = 200;
-$node->safe_psql('postgres',
-	join("\n", map { "INSERT INTO t VALUES ($_, 'pmwal_ctl test row $_');" } 1 .. $acked));
+my $insert = sub {
+	my ($from, $to) = @_;
+	$node->safe_psql('postgres',
+		join("\n", map { "INSERT INTO t VALUES ($_, 'pmwal_ctl test row $_');" } $from .. $to));
+};
+$insert->(1, $acked / 2);
+my $after_boundary = parse_lsn($node->safe_psql('postgres', q{
+DO $$
+DECLARE r int;
+BEGIN
+	FOR i IN 1..20 LOOP
+		r := ((pg_current_wal_insert_lsn() - '0/0'::pg_lsn) % 8192)::int;
+		EXIT WHEN r = 24;	-- the next record starts right after a page header
+		r := 8192 - r;
+		-- 55 bytes of record and message headers, prefix 'p'
+		PERFORM pg_logical_emit_message(false, 'p', repeat('x', CASE WHEN r < 400 THEN 500 ELSE r - 55 END));
+	END LOOP;
+END $$;
+SELECT pg_current_wal_insert_lsn();}));
+my $boundary = $after_boundary - 24;
+$insert->($acked / 2 + 1, $acked);
+my $last_xid = $node->safe_psql('postgres', "SELECT xmin FROM t WHERE id = $acked");
 powercut_kill($node);
-my ($tail, $last_end, $head) = map { ring_read_u64($ring, $_) } qw(tail last_end head);
-cmp_ok($head, '>', $tail, 'the killed server left WAL in the ring');
-my $fmt = sub { sprintf('%X/%X', $_[0] >> 32, $_[0] & 0xffffffff) };
-my $sysid = (run_command([ 'pg_controldata', $pgdata ]))[0] =~ /Database system identifier:\s+(\d+)/ && $1;
 
+my ($tail, $last_end, $head) = map { ring_read_u64($ring, $_) } qw(tail last_end head);
+my $capacity = ring_field($ring, 'capacity');
+is(ring_state($ring), RING_STATE_IN_USE, 'the killed server left the ring in use');
+cmp_ok($head, '>', $tail, 'the killed server left WAL in the ring');
+note(sprintf('ring: tail %s, last_end %s, head %s; page boundary %s', fmt_lsn($tail),
+		fmt_lsn($last_end), fmt_lsn($head), fmt_lsn($boundary)));
+my ($sysid) = (run_command([ 'pg_controldata', $pgdata ]))[0] =~ /Database system identifier:\s+(\d+)/;
+ok(defined $sysid, "pg_controldata gives the system identifier");
+$sysid //= 'none';
+my $ring_sha = $sha->();
+
+# --- inspect -------------------------------------------------------------------
 ($rc, $out) = ctl('inspect', '-D', $pgdata, $ring);
 is($rc, 0, 'inspect: exit 0');
 like($out, qr/lock:\s+free/, 'inspect: the lock is free');
-like($out, qr/system identifier:\s+$sysid \(matches the cluster\)/, 'inspect: system identifier of this cluster');
+like($out, qr/format version:\s+1\n/, 'inspect: format version');
+like($out, qr/system identifier:\s+$sysid \(matches the cluster\)/,
+	"inspect: system identifier is pg_controldata's");
+like($out, qr/timeline:\s+1\n/, 'inspect: timeline');
+like($out, qr/WAL segment size:\s+16777216\n/, 'inspect: WAL segment size');
 like($out, qr/capacity:\s+16777216 bytes \(16 MB\)/, 'inspect: capacity');
 like($out, qr/state:\s+in use/, 'inspect: state in use');
-like($out, qr/tail:\s+\Q${\ $fmt->($tail)}\E\n/, 'inspect: tail');
-like($out, qr/last acknowledged:\s+\Q${\ $fmt->($last_end)}\E\n/, 'inspect: last acknowledged commit');
-like($out, qr/head:\s+\Q${\ $fmt->($head)}\E\n/, 'inspect: head');
+like($out, qr/tail:\s+\Q${\ fmt_lsn($tail)}\E\n/, 'inspect: tail');
+like($out, qr/last acknowledged:\s+\Q${\ fmt_lsn($last_end)}\E\n/, 'inspect: last acknowledged commit');
+like($out, qr/head:\s+\Q${\ fmt_lsn($head)}\E\n/, 'inspect: head');
 like($out, qr/holds:\s+${\ ($head - $tail)} bytes of WAL/, 'inspect: bytes held');
-like($out, qr/restore at start:\s+yes: [0-9A-F\/]+ to \Q${\ $fmt->($head)}\E/, 'inspect: a start would restore it');
+like($out, qr/restore at start:\s+yes: [0-9A-F\/]+ to \Q${\ fmt_lsn($head)}\E/, 'inspect: a start would restore it');
+($rc, $out) = ctl('inspect', $ring);
+is($rc, 0, 'inspect without -D: exit 0');
+like($out, qr/system identifier:\s+$sysid\n/, 'inspect without -D: system identifier');
+like($out, qr/restore at start:\s+yes, unless .*give -D to check/, 'inspect without -D: restore unless the checkpoint is past it');
+is($sha->(), $ring_sha, 'inspect changes nothing');
 
+# --- verify a good ring ----------------------------------------------------------
 ($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
 is($rc, 0, 'verify: a good ring verifies');
-like($out, qr/WAL:\s+ok: .* reads cleanly through the last acknowledged commit/, 'verify: says ok');
+like($out, qr/header:\s+ok\n/, 'verify: header ok');
+like($out, qr/WAL:\s+ok: \Q${\ fmt_lsn($tail)}\E to \Q${\ fmt_lsn($head)}\E reads cleanly through the last acknowledged commit at \Q${\ fmt_lsn($last_end)}\E/,
+	'verify: says ok, with the range');
+is($sha->(), $ring_sha, 'verify changes nothing');
 
 # --- dump, read back with pg_waldump ---------------------------------------
 my $dumpdir = $node->basedir . '/dump';
 ($rc, $out) = ctl('dump', '--to', $dumpdir, $ring);
 is($rc, 0, 'dump: exit 0');
-like($out, qr/wrote WAL \Q${\ $fmt->($tail)}\E to \Q${\ $fmt->($head)}\E into \d+ segment file\(s\)/,
+like($out, qr/wrote WAL \Q${\ fmt_lsn($tail)}\E to \Q${\ fmt_lsn($head)}\E into \d+ segment file\(s\)/,
 	'dump: says what it wrote');
 my @segs = glob("$dumpdir/*");
 ok(@segs >= 1 && !grep({ !m{/[0-9A-F]{24}$} } @segs), 'dump: files are named like WAL segments');
-my ($wd_out, $wd_err) = run_command([ 'pg_waldump', "--path=$dumpdir",
-		'--start=' . $fmt->($tail), '--end=' . $fmt->($last_end) ]);
-is($?, 0, 'pg_waldump reads the dump to the last acknowledged commit');
+ok(!grep({ -s $_ != 16777216 } @segs), 'dump: segment files have the segment size');
+ok((grep { m{/000000010000000000000001$} } @segs), 'dump: names the segment of the tail on timeline 1')
+  if $tail >> 24 == 1;
+my ($hint) = $out =~ /read it with: (pg_waldump .*)$/m;
+ok(defined $hint && $hint eq "pg_waldump --path=$dumpdir --start=" . fmt_lsn($tail) . ' --end=' . fmt_lsn($head),
+	'dump: prints the pg_waldump command for the range');
+my ($wd_out, $wd_err) = run_command([ split / /, $hint // 'false' ]);
+is($?, 0, 'pg_waldump reads the dump from the tail to the head, as dump suggests');
+is($wd_err, '', 'pg_waldump: no complaint');
 my $commits = () = $wd_out =~ /desc: COMMIT /g;
-cmp_ok($commits, '>=', 1, "pg_waldump finds $commits commit records in the dump");
+cmp_ok($commits, '>=', $acked / 2, "pg_waldump finds $commits commit records in the dump");
 like($wd_out, qr/rmgr: Heap .*desc: INSERT/, 'pg_waldump finds the inserts in the dump');
+like($wd_out, qr/rmgr: Transaction .*tx:\s+$last_xid, .*desc: COMMIT /,
+	"pg_waldump finds the commit of the last acknowledged transaction ($last_xid)");
+($wd_out, $wd_err) = run_command([ 'pg_waldump', "--path=$dumpdir",
+		'--start=' . fmt_lsn($tail), '--end=' . fmt_lsn($last_end) ]);
+is($?, 0, 'pg_waldump reads the dump to the last acknowledged commit');
 
-# --- one flipped byte: verify fails, and passes again once repaired --------
-my $at = $last_end - 20;	# inside the last commit record, not in padding
-my $off = 4096 + $at % 16777216;
-my $orig = PmwalTest::_rw($ring, $off, 1);
-PmwalTest::_rw($ring, $off, 0, chr(ord($orig) ^ 0xff));
+# The records of the ring, for the cases below.
+my @records;
+for (split /\n/, $wd_out)
+{
+	push @records, { tot => $1, xid => $2, lsn => parse_lsn($3), desc => $4 }
+	  if m{len \(rec/tot\):\s*\d+/\s*(\d+), tx:\s*(\d+), lsn: ([0-9A-F/]+), prev [0-9A-F/]+, desc: (\S+)};
+}
+cmp_ok(scalar(@records), '>=', $acked * 2, scalar(@records) . ' records parsed from pg_waldump');
+
+# --- damage: verify fails, naming where; passes again once repaired -----------
+# (a) a byte in the data of an INSERT in the middle of the ring
+my ($mid) = grep { $_->{desc} eq 'INSERT' && $_->{tot} > 48 && $_->{lsn} % 8192 + $_->{tot} < 8192 }
+  @records[ int(@records / 2) .. $#records ];
+ok(defined $mid, 'an INSERT record in the middle of the ring') or BAIL_OUT('no INSERT record to damage');
+my $orig = flip($mid->{lsn} + 40);
 ($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
-is($rc, 1, 'verify: a flipped byte fails verification');
-like($out, qr/WAL:\s+DAMAGED between/, 'verify: says the WAL is damaged');
-like($out, qr/pg_waldump says:.*(invalid|incorrect|error)/is, 'verify: shows what pg_waldump found');
-PmwalTest::_rw($ring, $off, 0, $orig);
-($rc, $out) = ctl('verify', $ring);
+is($rc, 1, 'verify: a flipped byte mid-ring fails verification');
+like($out, qr/WAL:\s+DAMAGED between \Q${\ fmt_lsn($tail)}\E and \Q${\ fmt_lsn($head)}\E; a start would refuse/,
+	'verify: says the WAL is damaged');
+like($out, qr/pg_waldump says:.*incorrect resource manager data checksum in record at \Q${\ fmt_lsn($mid->{lsn})}\E/,
+	'verify: names the damaged record (' . fmt_lsn($mid->{lsn}) . ')');
+ring_lsn_byte($mid->{lsn} + 40, $orig);
+($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
 is($rc, 0, 'verify: passes again with the byte put back');
 
-# --- a corrupt header CRC ----------------------------------------------------
+# (b) a byte inside the last acknowledged commit record
+my $at = $last_end - 20;
+$orig = flip($at);
+($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
+is($rc, 1, 'verify: a flipped byte in the last commit fails verification');
+like($out, qr/WAL:\s+DAMAGED between/, 'verify: says the WAL is damaged');
+my $named = named_lsn($out =~ /pg_waldump says:(.*)/s ? $1 : '');
+ok(defined $named && $named >= $tail && $named < $head,
+	'verify: the failure names an LSN in the ring (' . ($named ? fmt_lsn($named) : 'none') . ')');
+ring_lsn_byte($at, $orig);
+($rc, $out) = ctl('verify', $ring);
+is($rc, 0, 'verify: passes again with the byte put back');
+is($sha->(), $ring_sha, 'the ring is as the kill left it');
+
+# --- what the restore accepts, verify accepts too ------------------------------
+# (c) a tail at a page boundary: the flusher moves the tail to the end of a
+# commit, which can be one.  pg_waldump started at the boundary reports
+# "first record is after"; verify must start after the page header.
+ok($boundary > $tail && $boundary < $last_end && (grep { $_->{lsn} == $boundary + 24 } @records),
+	'a record starts right after the page header at ' . fmt_lsn($boundary));
+ring_write_u64($ring, 'tail', $boundary);
+($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
+is($rc, 0, 'verify: a tail at a page boundary verifies') or diag($out);
+ring_write_u64($ring, 'tail', $tail);
+
+# (d) a head that cuts off the record after last_end (the flush pointer can
+# stop mid-record): the restore takes the cut-off record as the end.  Make
+# the last commit the cut-off one: last_end at its start, the head inside it.
+my ($cut) = grep { $_->{desc} eq 'COMMIT' && $_->{lsn} % 8192 >= 64 && $_->{lsn} % 8192 < 8100 } reverse @records;
+ok(defined $cut, 'a COMMIT record inside a page') or BAIL_OUT('no COMMIT record to cut off');
+ring_write_u64($ring, 'last_end', $cut->{lsn});
+ring_write_u64($ring, 'head', $cut->{lsn} + 28);
+($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
+is($rc, 0, 'verify: a head inside the record after the last acknowledged commit verifies') or diag($out);
+like($out, qr/reads cleanly through the last acknowledged commit at \Q${\ fmt_lsn($cut->{lsn})}\E/,
+	'verify: says ok up to last_end');
+# ...but the cut-off record's header is still checked, as the restore does
+$orig = flip($cut->{lsn} + 8);		# xl_prev
+($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
+is($rc, 1, 'verify: a damaged header of the cut-off record fails');
+like($out, qr/incorrect prev-link .* at \Q${\ fmt_lsn($cut->{lsn})}\E/, 'verify: names the bad prev-link');
+ring_lsn_byte($cut->{lsn} + 8, $orig);
+ring_write_u64($ring, 'head', $head);
+ring_write_u64($ring, 'last_end', $last_end);
+is($sha->(), $ring_sha, 'the ring is as the kill left it');
+
+# --- a bad header ----------------------------------------------------------------
 my $crc = ring_field($ring, 'crc');
 ring_set_static($ring, crc => $crc ^ 1, keep_crc => 1);
 ($rc, $out) = ctl('verify', $ring);
 is($rc, 1, 'verify: a wrong header CRC fails');
-like($out, qr/header:\s+NOT USABLE: .*(CRC|checksum)/i, 'verify: says the header is not usable');
+like($out, qr/header:\s+NOT USABLE: The header checksum is/, 'verify: says the header checksum is wrong');
 ($rc, $out) = ctl('inspect', $ring);
 is($rc, 1, 'inspect: a wrong header CRC exits 1');
+like($out, qr/header:\s+NOT USABLE/, 'inspect: says the header is not usable');
 ring_set_static($ring, crc => $crc, keep_crc => 1);
 
+my $ring_sysid = ring_field($ring, 'system_identifier');
+ring_set_static($ring, system_identifier => $ring_sysid ^ 1);
+($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
+is($rc, 1, "verify -D: a ring of another cluster fails");
+like($out, qr/NOT USABLE: The ring belongs to the cluster with system identifier ${\ ($ring_sysid ^ 1)}; this cluster's is $sysid/,
+	'verify -D: names both system identifiers');
+ring_set_static($ring, system_identifier => $ring_sysid);
+is($sha->(), $ring_sha, 'the ring is as the kill left it');
+
 # --- reset -------------------------------------------------------------------
-my $before = $sha->();
 ($rc, $out) = ctl('reset', $ring);
 is($rc, 1, 'reset without --discard-wal: refused');
 like($out, qr/confirm with --discard-wal/, 'reset without --discard-wal: says how to confirm');
-is($sha->(), $before, 'reset without --discard-wal: ring unchanged');
+is($sha->(), $ring_sha, 'reset without --discard-wal: ring unchanged');
 
 ($rc, $out) = ctl('reset', '--discard-wal', $ring);
 is($rc, 0, 'reset --discard-wal: exit 0');
 like($out,
-	qr/discarding WAL \Q${\ $fmt->($tail)}\E to \Q${\ $fmt->($head)}\E \(${\ ($head - $tail)} bytes, acknowledged commits up to \Q${\ $fmt->($last_end)}\E\)/,
+	qr/discarding WAL \Q${\ fmt_lsn($tail)}\E to \Q${\ fmt_lsn($head)}\E \(${\ ($head - $tail)} bytes, acknowledged commits up to \Q${\ fmt_lsn($last_end)}\E\)/,
 	'reset: prints the range, bytes and acknowledged commits it discards');
 is(ring_state($ring), RING_STATE_EMPTY, 'reset: the ring is empty');
 is(ring_read_u64($ring, 'tail'), ring_read_u64($ring, 'head'), 'reset: tail = head');
 ($rc, $out) = ctl('inspect', '-D', $pgdata, $ring);
-like($out, qr/restore at start:\s+nothing to restore/, 'inspect after reset: nothing to restore');
+is($rc, 0, 'inspect after reset: exit 0');
+like($out, qr/holds:\s+no WAL \(empty\)\nrestore at start:\s+nothing to restore/,
+	'inspect after reset: empty, nothing to restore');
 ($rc, $out) = ctl('dump', '--to', "$dumpdir.2", $ring);
 like($out, qr/the ring is empty; nothing to dump/, 'dump after reset: nothing to dump');
+($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
+is($rc, 0, 'verify after reset: exit 0');
+like($out, qr/WAL:\s+none \(the ring is empty\)/, 'verify after reset: nothing to check');
 
 # The operator chose to discard the ring's WAL: the server starts from pg_wal.
 my $offset = -s $node->logfile;
-$node->start;
+ok($node->start(fail_ok => 1), 'after reset, the server starts');
 unlike(slurp_file($node->logfile, $offset), qr/pmwal restored WAL/, 'after reset, the start restores nothing');
 my $rows = $node->safe_psql('postgres', 'SELECT count(*) FROM t');
 note("after reset: $rows of $acked acknowledged rows survive (the kill kept the page cache)");
-$node->stop;
 
+# --- a ring after a clean stop: empty ------------------------------------------
+$node->stop;
+is(ring_state($ring), RING_STATE_EMPTY, 'clean stop: the ring is empty');
+is(ring_read_u64($ring, 'tail'), ring_read_u64($ring, 'head'), 'clean stop: tail = head');
+($rc, $out) = ctl('inspect', '-D', $pgdata, $ring);
+is($rc, 0, 'inspect after a clean stop: exit 0');
+like($out, qr/state:\s+empty\n/, 'inspect after a clean stop: state empty');
+like($out, qr/holds:\s+no WAL \(empty\)\nrestore at start:\s+nothing to restore/,
+	'inspect after a clean stop: nothing to restore');
+
+# --- an uninitialised (all zero) ring, e.g. a fresh devdax device ---------------
+my $zero = $node->basedir . '/zero.ring';
+open my $zfh, '>:raw', $zero or die "could not create $zero: $!";
+truncate($zfh, 4096 + 1024 * 1024) or die "truncate: $!";
+close $zfh;
+my $zero_sha = $sha->($zero);
+($rc, $out) = ctl('inspect', $zero);
+is($rc, 0, 'inspect an all-zero ring: exit 0');
+like($out, qr/uninitialised \(all zero\); a server would initialise it/, 'inspect an all-zero ring: says so');
+($rc, $out) = ctl('reset', '--discard-wal', $zero);
+is($rc, 0, 'reset an all-zero ring: exit 0');
+like($out, qr/the ring holds no WAL/, 'reset an all-zero ring: nothing discarded');
+is($sha->($zero), $zero_sha, 'reset an all-zero ring: left all zero (a server would refuse a header without magic)');
+
+note(sprintf('runtime %.1f s', Time::HiRes::time() - $started));
 done_testing();
