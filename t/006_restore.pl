@@ -3,20 +3,28 @@
 # guessed when its bytes are damaged.
 #
 # Every scenario runs committing load (pgbench, unique ids recorded only
-# once COMMIT returned), then a simulated power cut (t/004, tools/powercut)
-# so that pg_wal really lacks what only the ring holds.  Scenarios:
-#	1. restore after a power cut: logged with its range, bytes, records
-#	2. pg_wal bytes overwritten after the cut: restore rewrites them;
-#	   negative control: the same with the ring emptied loses commits
+# once COMMIT returned), then (but in 2) a simulated power cut (t/004,
+# tools/powercut) so that pg_wal really lacks what only the ring holds.
+# Scenarios:
+#	1. restore after a power cut: logged with its range, bytes, records;
+#	   the ring lets go of the restored range
+#	2. SIGKILL without a power cut, then pg_wal's newest 64 kB overwritten
+#	   with zeros: restore rewrites them; negative control: the same with
+#	   the ring emptied loses the commits in them
 #	3. SIGKILL and a second power cut during restore: the next start
 #	   restores again
 #	4. one byte flipped in the ring: FATAL, pg_wal and ring untouched;
 #	   with the byte put back, the start restores everything
 #	5. torn header: ring bytes written beyond the published head are
 #	   ignored; the older head is valid
-#	6. stale ring (all before the last checkpoint): not restored, logged
-#	7. crash-restart of one backend (restart_after_crash = on) under load,
-#	   then a power cut: nothing acknowledged lost
+#	6. stale ring (all before the last checkpoint, put back from a copy):
+#	   not restored, logged, dropped; nothing acknowledged lost
+#	7. crash-restart of one backend (restart_after_crash = on) under load:
+#	   the restore runs before redo; load again, then a power cut: nothing
+#	   acknowledged before or after the crash-restart lost
+#	8. a checkpoint whose redo point lies in a segment the (stopped)
+#	   flusher had not synced, then a power cut: the restore writes that
+#	   segment from its start, so recovery finds its header
 use strict;
 use warnings;
 use FindBin;
@@ -55,8 +63,8 @@ sub lsn
 }
 
 # A fresh node under the power-cut log, with table t and committing load
-# running for a random moment; then the power cut.  Returns the node and
-# the load (acked_load_finish done).
+# running for a random moment; then the power cut (with kill_only => 1,
+# only the kill).  Returns the node and the load (acked_load_finish done).
 sub loaded_and_cut
 {
 	my ($name, %opts) = @_;
@@ -69,13 +77,22 @@ sub loaded_and_cut
 	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
 	  or die "$name: the load does not run: ${ $load->{err} }";
 	Time::HiRes::sleep(0.3 + rand(1.0));
+	if ($opts{kill_only})
+	{
+		# every process killed, no power cut: pg_wal keeps all it was given
+		powercut_kill($node);
+		delete $node->{powercut_log};
+		acked_load_finish($load);
+		return ($node, $load);
+	}
 	my $cut = powercut($node);
 	acked_load_finish($load);
 	cmp_ok($cut->{undone}, '>', 0, "$name: the power cut undid WAL writes not yet fsynced");
 	return ($node, $load);
 }
 
-# All acknowledged ids present (or, with expect_loss, some missing).
+# All acknowledged ids present (or, with expect_loss, some missing);
+# recheck => 1: the same load checked again, not counted twice.
 sub check_acked
 {
 	my ($node, $load, $tag, %opts) = @_;
@@ -89,7 +106,7 @@ sub check_acked
 	else
 	{
 		is($missing, 0, "$tag: all $n acknowledged commits are present");
-		$checked += $n;
+		$checked += $n unless $opts{recheck};
 	}
 	return $missing;
 }
@@ -207,19 +224,34 @@ sub start_paused_in_restore
 	cmp_ok($segs, '>=', 1, "restore: $segs segments written");
 	like($log, qr/pmwal restored WAL.*redo starts at/s,
 		'restore: crash recovery ran after the restore');
+	cmp_ok(lsn($from), '>=', $tail, 'restore: restored from the ring tail or later');
+	is($bytes, $head - lsn($from), 'restore: byte count is the restored range');
+	# the restore marked the ring empty (tail = head) before the flusher
+	# anchored it anew, further on: nothing of the old range is left in it
+	cmp_ok(ring_read_u64($node->{pmwal_ring}, 'tail'), '>=', $head,
+		'restore: the ring no longer holds the restored range');
 	check_acked($node, $load, 'restore');
 	$node->stop;
+	is(ring_state($node->{pmwal_ring}), RING_STATE_EMPTY,
+		'restore: after a clean stop the ring is empty');
 }
 
 # --- 2. damaged pg_wal bytes: rewritten; negative control without the ring
 for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 {
 	my ($tag, $empty_ring) = @$case;
-	my ($node, $load) = loaded_and_cut($tag);
+	# no power cut: pg_wal holds all its WAL, as after a crash of
+	# PostgreSQL alone; then its newest bytes are damaged where the ring
+	# has them too
+	my ($node, $load) = loaded_and_cut($tag, kill_only => 1);
 	my $ring = $node->{pmwal_ring};
 	my $tail = ring_read_u64($ring, 'tail');
 	my $head = ring_read_u64($ring, 'head');
-	my $zeroed = zero_wal($node, $tail, $head);
+	cmp_ok($head, '>', $tail, "$tag: the ring holds WAL after the kill");
+	# the newest 64 kB the ring holds: hundreds of acknowledged commits,
+	# well after the checkpoint record, which recovery must find
+	my $zfrom = $head - 65536 > $tail ? $head - 65536 : $tail;
+	my $zeroed = zero_wal($node, $zfrom, $head);
 	cmp_ok($zeroed, '>', 0, "$tag: $zeroed bytes of pg_wal overwritten with zeros");
 	if ($empty_ring)
 	{
@@ -227,34 +259,59 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 		ring_write_u64($ring, 'last_end', $tail);
 		ring_write_u64($ring, 'state', RING_STATE_EMPTY);
 	}
+	my $offset = -s $node->logfile;
 	if ($empty_ring && !$node->start(fail_ok => 1))
 	{
-		# the zeros hit the checkpoint record: recovery cannot even begin
-		diag("$tag: $load->{total} acknowledged commits, the server cannot recover without the ring");
-		like(slurp_file($node->logfile), qr/PANIC:  could not locate a valid checkpoint record/,
+		# the zeros hit the checkpoint record (or other WAL recovery
+		# cannot do without): the server does not come up at all
+		my ($why) = slurp_file($node->logfile, $offset) =~ /((?:PANIC|FATAL):  .*)/;
+		diag("$tag: $load->{total} acknowledged commits, the server cannot recover without the ring: "
+			  . ($why // '?'));
+		ok(defined $why,
 			"$tag: without the ring the server cannot recover ("
 			  . scalar(keys %{ $load->{acked} }) . ' clients, '
-			  . "$load->{total} acknowledged commits lost)");
+			  . "$load->{total} acknowledged commits unreachable)");
 		next;
 	}
 	$node->start unless $empty_ring;
+	my $log = slurp_file($node->logfile, $offset);
+	if ($empty_ring)
+	{
+		unlike($log, $restored_re, "$tag: nothing was restored");
+	}
+	else
+	{
+		my ($from, $to) = $log =~ $restored_re;
+		ok(defined $from && lsn($from) <= $zfrom && lsn($to) == $head,
+			"$tag: the ring was restored over the zeros");
+	}
 	check_acked($node, $load, $tag, expect_loss => $empty_ring);
-	$node->stop;
+	# a server that lost WAL may hold data pages newer than its WAL end
+	$node->stop($empty_ring ? 'immediate' : 'fast');
 }
 
 # --- 3. SIGKILL and a power cut during restore ------------------------------
 {
 	my ($node, $load) = loaded_and_cut('killed_restore');
 	my $ring = $node->{pmwal_ring};
+	my $tail = ring_read_u64($ring, 'tail');
 	my $head = ring_read_u64($ring, 'head');
+	my $offset = -s $node->logfile;
 	start_paused_in_restore($node);
+	# the pause comes after the segments were written, before pg_wal/ is
+	# synced and the ring is marked empty
 	isnt(ring_state($ring), RING_STATE_EMPTY, 'killed_restore: the ring is not yet marked empty at the pause');
 	my $cut = powercut($node);
 	note("killed_restore: second cut: $cut->{summary}");
-	is(ring_read_u64($ring, 'head'), $head, 'killed_restore: the ring still holds its WAL');
-	my $offset = -s $node->logfile;
+	unlike(slurp_file($node->logfile, $offset), $restored_re,
+		'killed_restore: the killed restore did not finish');
+	is(ring_read_u64($ring, 'tail') . '-' . ring_read_u64($ring, 'head'), "$tail-$head",
+		'killed_restore: the ring still holds the same WAL');
+	$offset = -s $node->logfile;
 	$node->start;
-	like(slurp_file($node->logfile, $offset), $restored_re, 'killed_restore: the next start restores again');
+	my (undef, $to) = slurp_file($node->logfile, $offset) =~ $restored_re;
+	ok(defined $to, 'killed_restore: the next start restores again');
+	is(defined $to ? lsn($to) : -1, $head, 'killed_restore: again up to the ring head');
 	check_acked($node, $load, 'killed_restore');
 	$node->stop;
 }
@@ -263,8 +320,13 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 {
 	my ($node, $load) = loaded_and_cut('flipped');
 	my $ring = $node->{pmwal_ring};
-	# inside the last acknowledged commit record, never in its padding
+	# inside the last acknowledged record (xl_crc: record ends are 8-byte
+	# aligned), never in its padding; if the record crossed a page boundary
+	# just there, that byte is the unchecked padding of the page header:
+	# take its xlp_pageaddr instead
 	my $at = ring_read_u64($ring, 'last_end') - 20;
+	$at -= 8 if $at % 8192 >= 16 && $at % 8192 < 24;
+	cmp_ok($at, '>=', ring_read_u64($ring, 'tail'), 'flipped: the byte lies in the ring\'s range');
 	my $off = ring_offset($node, $at);
 	my $old = ring_poke($node, $off, 'x');
 	ring_poke($node, $off, chr(ord($old) ^ 0xff));
@@ -295,8 +357,9 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	ring_poke($node, ring_offset($node, $head), $garbage);
 	my $offset = -s $node->logfile;
 	$node->start;
-	my (undef, $to) = slurp_file($node->logfile, $offset) =~ $restored_re;
+	my ($from, $to, $bytes) = slurp_file($node->logfile, $offset) =~ $restored_re;
 	is(defined $to ? lsn($to) : -1, $head, 'torn: restored up to the published head, not beyond');
+	is($bytes, defined $from ? $head - lsn($from) : -1, 'torn: no byte beyond the head was written');
 	check_acked($node, $load, 'torn');
 	$node->stop;
 }
@@ -313,15 +376,17 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	File::Copy::copy("$ring.old", $ring) or die "copy: $!";
 	unlink "$ring.old";
 	chmod 0600, $ring;
-	cmp_ok(ring_read_u64($ring, 'head'), '>', ring_read_u64($ring, 'tail'),
-		'stale: the old ring holds WAL');
+	my $old_head = ring_read_u64($ring, 'head');
+	cmp_ok($old_head, '>', ring_read_u64($ring, 'tail'), 'stale: the old ring holds WAL');
 	my $offset = -s $node->logfile;
 	$node->start;
 	my $log = slurp_file($node->logfile, $offset);
 	like($log, qr/LOG:  pmwal ring "[^"]+" holds only WAL older than the last checkpoint; not restored/,
 		'stale: LOG says the ring is older than the last checkpoint');
 	unlike($log, $restored_re, 'stale: nothing was restored');
-	is($node->safe_psql('postgres', 'SELECT count(*) > 0 FROM t'), 't', 'stale: the server started with its data');
+	cmp_ok(ring_read_u64($ring, 'tail'), '>=', $old_head, 'stale: the old WAL was dropped from the ring');
+	# the old bytes were not written over the newer WAL
+	check_acked($node, $load, 'stale_ring_back', recheck => 1);
 	$node->stop;
 }
 
@@ -341,20 +406,93 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	my $victim = $node->safe_psql('postgres',
 		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() LIMIT 1});
 	ok($victim =~ /^\d+$/, "backend_crash: a pgbench backend to kill ($victim)");
-	kill 'KILL', $victim;
+	powercut_kill_one($victim);
 	acked_load_finish($load);
-	$node->poll_query_until('postgres', 'SELECT 1', '1')
-	  or die 'backend_crash: the server did not come back';
+	# psql must not knock while the server restarts (poll_query_until's
+	# psql can exit before it reads its query: a broken pipe)
+	$node->wait_for_log(
+		qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s,
+		$offset);
 	my $log = slurp_file($node->logfile, $offset);
 	like($log, qr/terminated by signal 9: Killed.*all server processes terminated; reinitializing/s,
 		'backend_crash: the postmaster reinitialised after the backend crash');
-	like($log, $restored_re, 'backend_crash: the ring was restored at the crash-restart');
-	# what the crash-restart wrote must be durable: cut the power now
+	like($log, qr/all server processes terminated; reinitializing.*pmwal restored WAL .*redo starts at/s,
+		'backend_crash: the ring was restored at the crash-restart, before redo');
+	# committing goes on after the crash-restart, through the ring anchored
+	# anew; then the power goes: what the crash-restart restored and synced
+	# and what was committed since must all be there
+	wait_accelerated($node, 't') or die 'backend_crash: commits are not accelerated after the crash-restart';
+	my $load2 = acked_load_start($node, tag => 'backend_crash_after', base => 500_000_000);
+	$node->poll_query_until('postgres',
+		'SELECT count(*) >= 300 FROM t WHERE id % 1000000000 > 500000000')
+	  or die "backend_crash: the load does not run after the crash-restart: ${ $load2->{err} }";
+	Time::HiRes::sleep(0.2 + rand(0.5));
 	my $cut = powercut($node);
+	acked_load_finish($load2);
 	note("backend_crash: cut after the crash-restart: $cut->{summary}");
+	cmp_ok($cut->{undone}, '>', 0, 'backend_crash: the power cut undid WAL writes not yet fsynced');
 	$node->start;
 	check_acked($node, $load, 'backend_crash');
+	check_acked($node, $load2, 'backend_crash_after');
 	$node->stop;
+}
+
+# --- 8. checkpoint while the flusher lags, then a power cut -----------------
+# A checkpoint can put its redo point into a segment the flusher has not
+# synced yet (it syncs a new segment within milliseconds, unless a slow
+# fdatasync holds it up: here it is stopped).  With wal_keep_size the
+# checkpoint removes no segment, so nothing fsyncs pg_wal/: the power cut
+# takes the new segment's directory entry or its content, first page
+# included, although pg_control already points into it.  Recovery reads
+# that first page (the segment's long header) before the checkpoint
+# record, so the restore must write the segment from its start.
+{
+	my $tag = 'lagging_flusher';
+	my $node = pmwal_node($tag, size => '64MB',
+		conf => $quiet_wal . "wal_keep_size = 1GB\n");
+	powercut_start($node);
+	$node->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
+	wait_accelerated($node, 't') or die "$tag: commits are not accelerated";
+	my $load = acked_load_start($node, tag => $tag);
+	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
+	  or die "$tag: the load does not run: ${ $load->{err} }";
+	my $flusher = pmwal_status($node)->{flusher_pid};
+	kill('STOP', $flusher) or die "$tag: cannot stop the flusher ($flusher): $!";
+	my $seg = $node->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');
+	$node->poll_query_until('postgres',
+		"SELECT pg_walfile_name(pg_current_wal_insert_lsn()) > '$seg'")
+	  or die "$tag: the load does not reach the next segment";
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	my $redo = lsn($node->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()'));
+	Time::HiRes::sleep(0.2 + rand(0.3));
+	my $cut = powercut($node);
+	acked_load_finish($load);
+	my $ring = $node->{pmwal_ring};
+	my $segstart = $redo - $redo % (16 * 1024 * 1024);
+	cmp_ok(ring_read_u64($ring, 'tail'), '<', $segstart,
+		"$tag: the ring holds the redo point's segment from its start");
+	my $path = segment_of($node, $redo);
+	my $magic;
+	if (open my $fh, '<:raw', $path)
+	{
+		my $buf;
+		$magic = unpack('v', $buf) if sysread($fh, $buf, 2) == 2;
+		close $fh;
+	}
+	ok(!defined $magic || $magic != 0xD110,
+		"$tag: the power cut took the first page of the redo point's segment ("
+		  . (defined $magic ? sprintf('magic %04X', $magic) : 'file gone') . ')');
+	my $offset = -s $node->logfile;
+	ok($node->start(fail_ok => 1), "$tag: the server recovers");
+	my ($from) = slurp_file($node->logfile, $offset) =~ $restored_re;
+	ok(defined $from && lsn($from) <= $segstart,
+		"$tag: restored from the start of the redo point's segment or earlier");
+	if ($node->{_pid})
+	{
+		check_acked($node, $load, $tag);
+		$node->stop;
+	}
 }
 
 diag(sprintf('%d acknowledged commits checked present across the restore scenarios; %.0f s',

@@ -423,4 +423,32 @@ sub acked_check
 	return ($acked, $missing, $extra);
 }
 
+# SIGKILL one server process of a node started with powercut_start(), the
+# way powercut_kill() kills them all: SIGSTOP first, and SIGKILL only once
+# it is stopped, so that it dies inside no system call -- a SIGKILL inside
+# the writev() of a power-cut log record can cut the record short, and
+# powercut_cut then refuses the log.
+push @EXPORT, qw(powercut_kill_one);
+
+sub powercut_kill_one
+{
+	my ($pid) = @_;
+	kill('STOP', $pid) or die "powercut_kill_one: no process $pid: $!";
+	my $deadline = time + 60;
+	while (1)
+	{
+		my $s = _proc_state($pid);
+		last if $s eq 'T' || $s eq '' || $s eq 'Z';
+		die "powercut_kill_one: process $pid does not stop" if time > $deadline;
+		Time::HiRes::usleep(1_000);
+	}
+	kill 'KILL', $pid;
+	while (_proc_state($pid) ne '' && _proc_state($pid) ne 'Z')
+	{
+		die "powercut_kill_one: process $pid survives SIGKILL" if time > $deadline;
+		Time::HiRes::usleep(1_000);
+	}
+	return;
+}
+
 1;
