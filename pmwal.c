@@ -46,6 +46,12 @@ static void pmwal_shmem_request_hook(void);
 static void pmwal_shmem_startup_hook(void);
 static bool check_pmwal_path(char **newval, void **extra, GucSource source);
 
+/* Every setting pmwal defines; see refuse_invalid_settings(). */
+static const char *const pmwal_setting_names[] = {
+	"pmwal.path", "pmwal.size", "pmwal.enabled", "pmwal.require_pmem",
+	"pmwal.flush_interval"
+};
+
 /* Refuse to run anywhere but from shared_preload_libraries. */
 void
 pmwal_check_loaded(void)
@@ -57,14 +63,41 @@ pmwal_check_loaded(void)
 				 errhint("Add pmwal to shared_preload_libraries in postgresql.conf and restart the server.")));
 }
 
+/*
+ * PostgreSQL applies the values postgresql.conf gave pmwal's settings before
+ * pmwal defined them with elevel WARNING only, and keeps the default for a
+ * value it rejects: a mistyped pmwal.path would leave pmwal silently
+ * inactive, a bad pmwal.size would pick another ring size.  Validate those
+ * values again, without applying them, and refuse to start on a bad one.
+ */
+static void
+refuse_invalid_settings(char **raw)
+{
+	for (size_t i = 0; i < lengthof(pmwal_setting_names); i++)
+		if (raw[i] != NULL)
+			(void) set_config_option(pmwal_setting_names[i], raw[i],
+									 PGC_POSTMASTER, PGC_S_FILE,
+									 GUC_ACTION_SET, false, FATAL, false);
+}
+
 void
 _PG_init(void)
 {
+	char	   *raw[lengthof(pmwal_setting_names)];
+
 	if (!process_shared_preload_libraries_in_progress)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal must be loaded via shared_preload_libraries"),
 				 errhint("Add pmwal to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	/* the values set before pmwal was loaded, as placeholders */
+	for (size_t i = 0; i < lengthof(pmwal_setting_names); i++)
+	{
+		const char *v = GetConfigOption(pmwal_setting_names[i], true, false);
+
+		raw[i] = v ? pstrdup(v) : NULL;
+	}
 
 	DefineCustomStringVariable("pmwal.path",
 							   "Ring of persistent memory that holds the newest WAL.",
@@ -112,6 +145,7 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("pmwal");
+	refuse_invalid_settings(raw);
 
 	if (pmwal_path[0] != '\0')
 	{

@@ -307,26 +307,34 @@ log_has(
 	'missing directory: FATAL with DETAIL and HINT');
 ok(!-e $nodir, 'missing directory: nothing created');
 
-# 17. A relative pmwal.path must stop the server.  It does not yet: when
-# _PG_init defines pmwal.path, PostgreSQL applies the value already read
-# from postgresql.conf with elevel WARNING (define_custom_variable), so
-# check_pmwal_path's rejection is only a WARNING, pmwal.path keeps its
-# default '' and the server starts with pmwal inactive ("pmwal is inactive
-# because pmwal.path is not set").  Hence the TODO.
+# 17. A relative pmwal.path stops the server.  PostgreSQL itself applies a
+# value set before _PG_init defined the setting with elevel WARNING only
+# (define_custom_variable) and would leave pmwal inactive; pmwal validates
+# the value again and refuses to start.
 set_conf($node_a, 'pmwal.path' => 'ring');
 $node_a->rotate_logfile;
 my $started = $node_a->start(fail_ok => 1);
-TODO:
-{
-	local $TODO = 'a relative pmwal.path is only a WARNING; pmwal goes inactive';
-	ok(!$started, 'relative path: server refuses to start');
-}
+ok(!$started, 'relative path: server refuses to start');
 $node_a->stop if $started;
 log_has(
 	$node_a,
-	qr/(?:FATAL|WARNING):  invalid value for parameter "pmwal\.path": "ring"\n.*DETAIL:  pmwal\.path must be an absolute path\.\n/,
-	'relative path: invalid value with DETAIL');
+	qr/FATAL:  invalid value for parameter "pmwal\.path": "ring"\n.*DETAIL:  pmwal\.path must be an absolute path\.\n/,
+	'relative path: FATAL invalid value with DETAIL');
 ok(!-e $node_a->data_dir . '/ring', 'relative path: no ring in the data directory');
+
+# 18. A pmwal.size out of range stops the server instead of silently
+# picking the default size.
+set_conf($node_a, 'pmwal.path' => $ring_a, 'pmwal.size' => '1MB');
+$before = ring_bytes($ring_a);
+$node_a->rotate_logfile;
+$started = $node_a->start(fail_ok => 1);
+ok(!$started, 'size out of range: server refuses to start');
+$node_a->stop if $started;
+log_has(
+	$node_a,
+	qr/FATAL:  1 MB is outside the valid range for parameter "pmwal\.size" \(2 \.\. 65536\)/,
+	'size out of range: FATAL names the valid range');
+ok($before eq ring_bytes($ring_a), 'size out of range: ring bytes unchanged');
 
 ###########################################################################
 # 14. require_pmem on a ring that is not persistent memory.
