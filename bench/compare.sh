@@ -6,12 +6,19 @@
 # Configurations are interleaved round by round (A B C A B C ...) so that
 # drift of the machine hits all three alike.  Each cell reports TPS, average
 # and p99 latency, and WAL fsyncs: pg_stat_wal's wal_sync plus the
-# fdatasync/fsync calls pmwal's flusher and fallbacks made (pmwal_status).  Writes results.csv,
-# summary.md (medians, ratios B/A and B/C) and tps.png to the output dir.
+# fdatasync/fsync calls pmwal's flusher and fallbacks made (pmwal_status).
+# Writes results.csv, summary.md (medians, ratios B/A and B/C) and tps.png
+# to the output dir.
+#
+# 1-client cells run with the server on CPU 1 and pgbench on CPU 0, as if
+# the client were on another machine: unpinned, one client's round trips
+# are dominated by where the scheduler happens to put the two processes
+# (same CPU or not), which on a 2-vCPU VM swings the same cell by up to 2x
+# from run to run.  -U leaves them unpinned.
 #
 # Run as an unprivileged user with pmwal installed:
 #   bench/compare.sh [-d seconds] [-r rounds] [-c "1 4 16"] [-w "insert tpcb"]
-#                    [-s scale] [-o outdir] [-p port]
+#                    [-s scale] [-o outdir] [-p port] [-U]
 set -eu
 
 duration=15
@@ -20,9 +27,10 @@ clients="1 4 16"
 workloads="insert tpcb"
 scale=10
 port=5497
+pin_single=yes
 here=$(cd "$(dirname "$0")" && pwd)
 out="$here/results/$(date +%Y%m%d-%H%M%S)"
-while getopts "d:r:c:w:s:o:p:" opt; do
+while getopts "d:r:c:w:s:o:p:U" opt; do
 	case $opt in
 		d) duration=$OPTARG ;;
 		r) rounds=$OPTARG ;;
@@ -31,7 +39,8 @@ while getopts "d:r:c:w:s:o:p:" opt; do
 		s) scale=$OPTARG ;;
 		o) out=$OPTARG ;;
 		p) port=$OPTARG ;;
-		*) sed -n '2,16p' "$0"; exit 2 ;;
+		U) pin_single=no ;;
+		*) sed -n '2,22p' "$0"; exit 2 ;;
 	esac
 done
 if [ "$(id -u)" = 0 ]; then
@@ -89,6 +98,11 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 	echo "pg_wal file system: $(df -T "$data/pg_wal" | awk 'NR==2 {print $2" on "$1}')"
 	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=30min wal_sync_method=fdatasync pmwal.size=64MB autovacuum=off (VACUUM before each TPC-B cell)"
 	echo "duration per cell: ${duration}s, rounds: $rounds, clients: $clients, pgbench scale: $scale"
+	if [ "$pin_single" = yes ]; then
+		echo "1-client cells: server on CPU 1, pgbench on CPU 0; other cells unpinned"
+	else
+		echo "no cell pinned to CPUs"
+	fi
 	echo "pg_test_fsync on the pg_wal file system (one 8kB write + fdatasync):"
 	pg_test_fsync -s 2 -f "$data/pg_test_fsync.tmp" 2>/dev/null | grep -E "^\s+fdatasync" | head -1
 	rm -f "$data/pg_test_fsync.tmp"
@@ -114,6 +128,22 @@ configure() {
 	exit 1
 }
 
+# Put the server's processes (and the backends it forks from now on) on
+# the given CPUs; prints the pgbench prefix that keeps the client apart.
+all_cpus="0-$(( $(nproc) - 1 ))"
+pin_for() {
+	local cpus=$all_cpus prefix=""
+	if [ "$pin_single" = yes ] && [ "$1" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+		cpus=1
+		prefix="taskset -c 0"
+	fi
+	pm=$(head -1 "$data/postmaster.pid")
+	for p in $pm $(pgrep -P "$pm"); do
+		taskset -a -p -c "$cpus" "$p" >/dev/null
+	done
+	echo "$prefix"
+}
+
 # fsync-type calls on WAL: PostgreSQL's own (pg_stat_wal) plus pmwal's
 pmwal_syncs() {
 	psql -qAtX -c "SELECT segments_synced + dir_syncs FROM pmwal_status"
@@ -137,7 +167,9 @@ for r in $(seq 1 "$rounds"); do
 				pm_before=$(pmwal_syncs)
 				rm -rf "$out/txlog" && mkdir "$out/txlog"
 				threads=$(( c < 2 ? 1 : 2 ))
-				res=$(cd "$out/txlog" && pgbench -n -T "$duration" -c "$c" -j "$threads" -l "${script[@]}" 2>&1)
+				pin=$(pin_for "$c")
+				# shellcheck disable=SC2086
+				res=$(cd "$out/txlog" && $pin pgbench -n -T "$duration" -c "$c" -j "$threads" -l "${script[@]}" 2>&1)
 				tps=$(echo "$res" | awk '/^tps/ {print $3}')
 				lat=$(echo "$res" | awk '/^latency average/ {print $4}')
 				# per-transaction log: 3rd field is the latency in microseconds

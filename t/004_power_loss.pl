@@ -74,15 +74,7 @@ my $started = Time::HiRes::time();
 }
 
 # --- the scenarios ----------------------------------------------------------
-my $quiet_wal = q{
-shared_buffers = 64MB
-wal_writer_delay = 10s
-wal_writer_flush_after = 1GB
-checkpoint_timeout = 1h
-max_wal_size = 1GB
-restart_after_crash = off
-log_statement = none
-};
+my $quiet_wal = QUIET_WAL;
 
 # Load, cut the power at a random moment, restart.  "before_restart" runs
 # between the cut and the restart.  Returns what acked_check found.

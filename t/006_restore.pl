@@ -42,16 +42,7 @@ my $started = Time::HiRes::time();
 my $checked = 0;
 
 # No WAL sync but pmwal's during the load: the power cut has WAL to take.
-my $quiet_wal = q{
-shared_buffers = 64MB
-wal_writer_delay = 10s
-wal_writer_flush_after = 1GB
-checkpoint_timeout = 1h
-max_wal_size = 1GB
-restart_after_crash = off
-log_statement = none
-pmwal.flush_interval = 60s
-};
+my $quiet_wal = QUIET_WAL . "pmwal.flush_interval = 60s\n";
 
 my $restored_re =
   qr/pmwal restored WAL ([0-9A-F]+\/[0-9A-F]+) to ([0-9A-F]+\/[0-9A-F]+) from the ring into pg_wal: (\d+) bytes, (\d+) records, (\d+) segments/;
@@ -65,7 +56,9 @@ sub lsn
 # A fresh node under the power-cut log, with table t and committing load
 # running for a random moment; then the power cut (with kill_only => 1,
 # only the kill).  Returns the node and the load (acked_load_finish done).
-sub loaded_and_cut
+# A fresh node under the power-cut log, with table t and committing load
+# running (300 commits in).  Returns the node and the load.
+sub loaded_node
 {
 	my ($name, %opts) = @_;
 	my $node = pmwal_node($name, size => '64MB', conf => $quiet_wal . ($opts{conf} // ''));
@@ -76,6 +69,13 @@ sub loaded_and_cut
 	my $load = acked_load_start($node, tag => $name);
 	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
 	  or die "$name: the load does not run: ${ $load->{err} }";
+	return ($node, $load);
+}
+
+sub loaded_and_cut
+{
+	my ($name, %opts) = @_;
+	my ($node, $load) = loaded_node($name, %opts);
 	Time::HiRes::sleep(0.3 + rand(1.0));
 	if ($opts{kill_only})
 	{
@@ -392,15 +392,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 
 # --- 7. crash-restart of one backend, then a power cut ----------------------
 {
-	my $node = pmwal_node('backend_crash', size => '64MB',
-		conf => $quiet_wal . "restart_after_crash = on\n");
-	powercut_start($node);
-	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
-	wait_accelerated($node, 't') or die 'backend_crash: commits are not accelerated';
-	my $load = acked_load_start($node, tag => 'backend_crash');
-	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
-	  or die "backend_crash: the load does not run: ${ $load->{err} }";
+	my ($node, $load) = loaded_node('backend_crash', conf => "restart_after_crash = on\n");
 	Time::HiRes::sleep(0.3 + rand(1.0));
 	my $offset = -s $node->logfile;
 	my $victim = $node->safe_psql('postgres',
@@ -448,15 +440,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 # record, so the restore must write the segment from its start.
 {
 	my $tag = 'lagging_flusher';
-	my $node = pmwal_node($tag, size => '64MB',
-		conf => $quiet_wal . "wal_keep_size = 1GB\n");
-	powercut_start($node);
-	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
-	wait_accelerated($node, 't') or die "$tag: commits are not accelerated";
-	my $load = acked_load_start($node, tag => $tag);
-	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
-	  or die "$tag: the load does not run: ${ $load->{err} }";
+	my ($node, $load) = loaded_node($tag, conf => "wal_keep_size = 1GB\n");
 	my $flusher = pmwal_status($node)->{flusher_pid};
 	kill('STOP', $flusher) or die "$tag: cannot stop the flusher ($flusher): $!";
 	my $seg = $node->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');

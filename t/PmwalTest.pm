@@ -194,6 +194,20 @@ use Time::HiRes ();
 push @EXPORT, qw(powercut_start powercut_kill powercut_cut powercut
   acked_load_start acked_load_finish acked_check);
 
+# Settings for a node whose WAL only pmwal syncs while a test loads it, so
+# that a power cut has unsynced WAL to take: no WAL writer flush, no
+# checkpoint, no crash-restart.
+use constant QUIET_WAL => q{
+shared_buffers = 64MB
+wal_writer_delay = 10s
+wal_writer_flush_after = 1GB
+checkpoint_timeout = 1h
+max_wal_size = 1GB
+restart_after_crash = off
+log_statement = none
+};
+push @EXPORT, qw(QUIET_WAL);
+
 my $powercut_tools =
   Cwd::abs_path(File::Basename::dirname(__FILE__) . '/../tools/powercut');
 
