@@ -52,15 +52,21 @@ static const char *const pmwal_setting_names[] = {
 	"pmwal.flush_interval"
 };
 
-/* Refuse to run anywhere but from shared_preload_libraries. */
+/* pmwal runs only from shared_preload_libraries. */
+static void
+refuse_not_preloaded(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("pmwal must be loaded via shared_preload_libraries"),
+			 errhint("Add pmwal to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
+
 void
 pmwal_check_loaded(void)
 {
 	if (pmwal_shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pmwal must be loaded via shared_preload_libraries"),
-				 errhint("Add pmwal to shared_preload_libraries in postgresql.conf and restart the server.")));
+		refuse_not_preloaded();
 }
 
 /*
@@ -86,10 +92,7 @@ _PG_init(void)
 	char	   *raw[lengthof(pmwal_setting_names)];
 
 	if (!process_shared_preload_libraries_in_progress)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pmwal must be loaded via shared_preload_libraries"),
-				 errhint("Add pmwal to shared_preload_libraries in postgresql.conf and restart the server.")));
+		refuse_not_preloaded();
 
 	/* the values set before pmwal was loaded, as placeholders */
 	for (size_t i = 0; i < lengthof(pmwal_setting_names); i++)
