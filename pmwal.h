@@ -23,6 +23,17 @@
 
 #include "ring_format.h"
 
+/*
+ * Written and verified against PostgreSQL 15: shmem_request_hook and
+ * MarkGUCPrefixReserved are new in 15, and the commit path's correctness
+ * rests on how 15's XLogFlush, RecordTransactionCommit and the checkpointer
+ * treat the flush pointer.  Another major version must be checked against
+ * DESIGN.md's hazards before it is allowed here.
+ */
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 160000
+#error "pmwal supports PostgreSQL 15 only"
+#endif
+
 /* How the ring's updates are made durable. */
 typedef enum PmwalMode
 {
