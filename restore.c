@@ -364,15 +364,12 @@ pmwal_restore(void)
 		check_connects(tail, prev, tli);
 
 	/*
-	 * Recovery reads the first page of the redo point's segment (its long
-	 * header) before anything else in that segment, and a power cut may
-	 * have taken that page, or the whole file, while the ring held it: a
-	 * checkpoint can put its redo point into a segment the flusher has not
-	 * synced yet.  So restore from the start of that segment where the ring
-	 * holds it; where the tail lies after it, the flusher synced the segment
-	 * before the tail moved into it.
+	 * A checkpoint can put its redo point into a segment the flusher has
+	 * not synced yet, so restore from the start of that segment where the
+	 * ring holds it; where the tail lies after it, the flusher synced the
+	 * segment before the tail moved into it.
 	 */
-	from = RING_RESTORE_FROM(tail, redo - XLogSegmentOffset(redo, wal_segment_size));
+	from = RING_RESTORE_FROM(tail, redo, wal_segment_size);
 	nsegs = write_segments(from, head, tli);
 	test_pause();
 	if (control->state != DB_SHUTDOWNED && control->state != DB_SHUTDOWNED_IN_RECOVERY)

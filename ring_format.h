@@ -128,12 +128,14 @@ typedef enum RingCheck
 
 /*
  * Where a restore starts writing: recovery needs nothing before the redo
- * point, but it needs the page that holds it from its header on, and WAL
- * from the tail on may not be durable.  Everything from here on is in
- * [tail, head) and so verified before it is written.
+ * point, but it reads the first page (the long header) of the redo point's
+ * segment before anything else in it, and a power cut may have taken that
+ * page or the whole file while the ring held it; WAL from the tail on may
+ * not be durable.  Everything from here on is in [tail, head) and so
+ * verified before it is written.
  */
-#define RING_RESTORE_FROM(tail, redo) \
-	Max((tail), (redo) - (redo) % XLOG_BLCKSZ)
+#define RING_RESTORE_FROM(tail, redo, segsize) \
+	Max((tail), (redo) - (redo) % (segsize))
 
 /* Byte offset of LSN "lsn" inside the data area. */
 #define RING_OFFSET(capacity, lsn)	((uint64) (lsn) % (uint64) (capacity))

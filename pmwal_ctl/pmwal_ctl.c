@@ -192,7 +192,8 @@ cmd_inspect(Ring *ring, ControlFileData *control)
 			   control->checkPointCopy.ThisTimeLineID);
 	else
 		printf("restore at start:   yes: %X/%X to %X/%X (checkpoint redo point %X/%X)\n",
-			   LSN_FORMAT_ARGS(RING_RESTORE_FROM(hdr->tail.v, control->checkPointCopy.redo)),
+			   LSN_FORMAT_ARGS(RING_RESTORE_FROM(hdr->tail.v, control->checkPointCopy.redo,
+											 st->wal_segment_size)),
 			   LSN_FORMAT_ARGS(hdr->head.v),
 			   LSN_FORMAT_ARGS(control->checkPointCopy.redo));
 	return 0;
