@@ -438,8 +438,16 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 # included, although pg_control already points into it.  Recovery reads
 # that first page (the segment's long header) before the checkpoint
 # record, so the restore must write the segment from its start.
+#
+# The checkpointer's own XLogFlush of its record is a real fsync when no
+# committer's write got ahead of it first; then that segment's first page
+# is durable and this try does not show the hazard.  Up to four tries, each
+# checked for lost commits, until one shows it.
+my ($lagging_tries, $lagging_hit) = (0, 0);
+while (!$lagging_hit && $lagging_tries < 4)
 {
-	my $tag = 'lagging_flusher';
+	$lagging_tries++;
+	my $tag = "lagging_flusher_$lagging_tries";
 	my ($node, $load) = loaded_node($tag, conf => "wal_keep_size = 1GB\n");
 	my $flusher = pmwal_status($node)->{flusher_pid};
 	kill('STOP', $flusher) or die "$tag: cannot stop the flusher ($flusher): $!";
@@ -464,9 +472,9 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 		$magic = unpack('v', $buf) if sysread($fh, $buf, 2) == 2;
 		close $fh;
 	}
-	ok(!defined $magic || $magic != 0xD110,
-		"$tag: the power cut took the first page of the redo point's segment ("
-		  . (defined $magic ? sprintf('magic %04X', $magic) : 'file gone') . ')');
+	$lagging_hit = !defined $magic || $magic != 0xD110;
+	note("$tag: after the cut the redo point's segment has "
+		  . (defined $magic ? sprintf('magic %04X', $magic) : 'no file'));
 	my $offset = -s $node->logfile;
 	ok($node->start(fail_ok => 1), "$tag: the server recovers");
 	my ($from) = slurp_file($node->logfile, $offset) =~ $restored_re;
@@ -478,6 +486,8 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 		$node->stop;
 	}
 }
+ok($lagging_hit,
+	"lagging_flusher: a power cut took the first page of the redo point's segment (try $lagging_tries)");
 
 diag(sprintf('%d acknowledged commits checked present across the restore scenarios; %.0f s',
 		$checked, Time::HiRes::time() - $started));
