@@ -289,7 +289,7 @@ sub powercut_kill
 			$procs{$kid} = 1;
 			kill 'STOP', $kid;
 		}
-		my @running = grep { my $s = _proc_state($_); $s ne '' && $s ne 'T' && $s ne 'Z' } keys %procs;
+		my @running = grep { !_stopped_or_gone($_) } keys %procs;
 		last unless @running;
 		die "powercut_kill: processes @running do not stop" if time > $deadline;
 		Time::HiRes::usleep(5_000);
@@ -301,13 +301,10 @@ sub powercut_kill
 		kill 'STOP', $kid;
 	}
 	my @pids = keys %procs;
-	kill 'KILL', @pids;
 	$node->{_pid} = undef;
-	while (my @alive = grep { _proc_state($_) ne '' } @pids)
-	{
-		die "powercut_kill: processes @alive survive SIGKILL" if time > $deadline;
-		Time::HiRes::usleep(5_000);
-	}
+	# not even a zombie may be left: a start would take its PID for a
+	# running postmaster
+	_kill_stopped('powercut_kill', $deadline, 0, @pids);
 	note('killed ' . scalar(@pids) . ' server processes of node ' . $node->name);
 	return scalar @pids;
 }
@@ -449,17 +446,32 @@ sub powercut_kill_one
 	my ($pid) = @_;
 	kill('STOP', $pid) or die "powercut_kill_one: no process $pid: $!";
 	my $deadline = time + 60;
-	while (1)
+	until (_stopped_or_gone($pid))
 	{
-		my $s = _proc_state($pid);
-		last if $s eq 'T' || $s eq '' || $s eq 'Z';
 		die "powercut_kill_one: process $pid does not stop" if time > $deadline;
 		Time::HiRes::usleep(1_000);
 	}
-	kill 'KILL', $pid;
-	while (_proc_state($pid) ne '' && _proc_state($pid) ne 'Z')
+	# the postmaster, still running, reaps the zombie
+	_kill_stopped('powercut_kill_one', $deadline, 1, $pid);
+	return;
+}
+
+# Is the process stopped (SIGSTOP), or already gone?
+sub _stopped_or_gone
+{
+	my $s = _proc_state($_[0]);
+	return $s eq 'T' || $s eq 'Z' || $s eq '';
+}
+
+# SIGKILL stopped processes and wait until they are gone; with $zombie_ok a
+# zombie counts as gone.
+sub _kill_stopped
+{
+	my ($what, $deadline, $zombie_ok, @pids) = @_;
+	kill 'KILL', @pids;
+	while (my @alive = grep { my $s = _proc_state($_); $s ne '' && !($zombie_ok && $s eq 'Z') } @pids)
 	{
-		die "powercut_kill_one: process $pid survives SIGKILL" if time > $deadline;
+		die "$what: processes @alive survive SIGKILL" if time > $deadline;
 		Time::HiRes::usleep(1_000);
 	}
 	return;
