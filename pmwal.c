@@ -46,7 +46,7 @@ static void pmwal_shmem_request_hook(void);
 static void pmwal_shmem_startup_hook(void);
 static bool check_pmwal_path(char **newval, void **extra, GucSource source);
 
-/* Every setting pmwal defines; see refuse_invalid_settings(). */
+/* Every setting _PG_init defines (add new ones here too); see refuse_invalid_settings(). */
 static const char *const pmwal_setting_names[] = {
 	"pmwal.path", "pmwal.size", "pmwal.enabled", "pmwal.require_pmem",
 	"pmwal.flush_interval"
