@@ -11,6 +11,7 @@ OBJS = \
 	ring_format.o \
 	state.o \
 	status.o \
+	test_pause.o \
 	wal_copy.o \
 	wal_sync.o
 

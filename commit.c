@@ -73,6 +73,7 @@ commit_through_ring(XLogRecPtr end)
 	if (end > pg_atomic_read_u64(&pmwal_shared->ack_lsn))
 	{
 		write_without_fsync(end);
+		PMWAL_PAUSE_POINT("commit_after_write");
 		rc = ring_append(end, true);
 	}
 	if (rc == RING_APPEND_OK)

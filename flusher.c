@@ -109,6 +109,8 @@ restart_ring(bool accept)
 	TimeLineID	tli = GetWALInsertionTimeLine();
 	int			rc;
 
+	PMWAL_PAUSE_POINT("restart_after_sync");
+
 	LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
 	pmwal_shared->tli = tli;
 	if (hdr->st.s.timeline != tli)
@@ -123,6 +125,7 @@ restart_ring(bool accept)
 	if (rc == RING_APPEND_OK)
 		pg_atomic_write_u32(&pmwal_shared->accepting, accept ? 1 : 0);
 	LWLockRelease(pmwal_shared->ring_lock);
+	PMWAL_PAUSE_POINT("restart_done");
 	if (rc != RING_APPEND_OK)
 		ereport(LOG,
 				(errmsg("pmwal could not anchor the ring at %X/%X (%s); will retry",

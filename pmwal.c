@@ -49,7 +49,7 @@ static bool check_pmwal_path(char **newval, void **extra, GucSource source);
 /* Every setting _PG_init defines (add new ones here too); see refuse_invalid_settings(). */
 static const char *const pmwal_setting_names[] = {
 	"pmwal.path", "pmwal.size", "pmwal.enabled", "pmwal.require_pmem",
-	"pmwal.flush_interval"
+	"pmwal.flush_interval", "pmwal.test_pause"
 };
 
 /* pmwal runs only from shared_preload_libraries. */
@@ -146,6 +146,15 @@ _PG_init(void)
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("pmwal.test_pause",
+							   "Test-only pause points to hold processes at (not for production).",
+							   "A comma-separated list of point names; see test_pause.c.",
+							   &pmwal_test_pause,
+							   "",
+							   PGC_SUSET,
+							   GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
+							   NULL, pmwal_test_pause_assign, NULL);
 
 	MarkGUCPrefixReserved("pmwal");
 	refuse_invalid_settings(raw);

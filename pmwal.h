@@ -188,6 +188,17 @@ extern XLogRecPtr pmwal_write_boundary(void);
 /* restore.c */
 extern void pmwal_restore(void);
 
+/* test_pause.c: test-only pause points, inert unless pmwal.test_pause is set */
+extern PGDLLIMPORT char *pmwal_test_pause;
+extern PGDLLIMPORT bool pmwal_pause_armed;
+extern void pmwal_test_pause_assign(const char *newval, void *extra);
+extern void pmwal_pause_point_slow(const char *point);
+#define PMWAL_PAUSE_POINT(point) \
+	do { \
+		if (unlikely(pmwal_pause_armed)) \
+			pmwal_pause_point_slow(point); \
+	} while (0)
+
 /* flusher.c */
 extern void pmwal_flusher_register(void);
 PGDLLEXPORT void pmwal_flusher_main(Datum main_arg);

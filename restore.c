@@ -280,20 +280,6 @@ empty_ring(RingHeader *hdr)
 				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_path)));
 }
 
-/* Test hook: stay in the middle of a restore, so that a test can kill it. */
-static void
-test_pause(void)
-{
-	const char *pause = getenv("PMWAL_TEST_PAUSE_IN_RESTORE");
-
-	if (pause != NULL && atoi(pause) > 0)
-	{
-		ereport(LOG,
-				(errmsg("pmwal pausing in restore for %s s (PMWAL_TEST_PAUSE_IN_RESTORE)", pause)));
-		pg_usleep(atoi(pause) * 1000000L);
-	}
-}
-
 /*
  * Restore the ring into pg_wal if it holds WAL that recovery needs.
  */
@@ -371,7 +357,7 @@ pmwal_restore(void)
 	 */
 	from = RING_RESTORE_FROM(tail, redo, wal_segment_size);
 	nsegs = write_segments(from, head, tli);
-	test_pause();
+	PMWAL_PAUSE_POINT("restore_written");
 	if (control->state != DB_SHUTDOWNED && control->state != DB_SHUTDOWNED_IN_RECOVERY)
 	{
 		XLogSegNo	first;

@@ -113,6 +113,7 @@ ring_set_word(volatile uint64 *word, uint64 value)
 static void
 ring_set_word_or_die(volatile uint64 *word, uint64 value)
 {
+	PMWAL_PAUSE_POINT("header_store");
 	if (!ring_set_word(word, value))
 		ereport(FATAL,
 				(errcode_for_file_access(),
@@ -132,6 +133,7 @@ ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity)
 
 	ring_fill_static(&st, sysid, tli, wal_segment_size, capacity);
 	ring_set_word_or_die(&hdr->state.v, RING_STATE_REINIT);
+	PMWAL_PAUSE_POINT("header_store");
 	memcpy((void *) &hdr->st.s, &st, sizeof(st));
 	if (!ring_persist(&hdr->st.s, sizeof(st)))
 		ereport(FATAL,

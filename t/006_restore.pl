@@ -180,7 +180,8 @@ sub zero_wal
 }
 
 # Start without waiting (pg_ctl -W), under the power-cut log, with the
-# restore pausing; returns once the pause is logged.
+# restore held at its test pause point after writing pg_wal; returns once
+# it is held.
 sub start_paused_in_restore
 {
 	my ($node) = @_;
@@ -188,23 +189,19 @@ sub start_paused_in_restore
 	unlink $log;
 	$node->{powercut_log} = $log;
 	my $offset = -s $node->logfile;
+	pause_rearm($node, 'restore_written');
 	{
 		local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
 		local $ENV{POWERCUT_LOG} = $log;
 		local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
-		local $ENV{PMWAL_TEST_PAUSE_IN_RESTORE} = '60';
-		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile, '-W', 'start');
+		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile,
+			'-o', '-c pmwal.test_pause=restore_written', '-W', 'start');
 	}
-	for (1 .. 600)
-	{
-		last if slurp_file($node->logfile, $offset) =~ /pmwal pausing in restore/;
-		Time::HiRes::sleep(0.1);
-	}
-	like(slurp_file($node->logfile, $offset), qr/pmwal pausing in restore/,
-		'the restore reached its pause');
-	my ($pid) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-	$node->{_pid} = $pid;
-	return $pid;
+	my $pid = pause_wait($node, 'restore_written', $offset);
+	ok($pid, 'the restore reached its pause');
+	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	$node->{_pid} = $pm;
+	return $pm;
 }
 
 # --- 1. restore after a power cut ------------------------------------------

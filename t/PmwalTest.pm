@@ -12,6 +12,7 @@ use Exporter 'import';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use PostgreSQL::Test::RecursiveCopy;
 
 our @EXPORT = qw(pmwal_node ring_bytes crc32c ring_read_u64 ring_write_u64
   ring_set_static ring_field ring_state RING_STATE_EMPTY RING_STATE_IN_USE
@@ -475,6 +476,106 @@ sub _kill_stopped
 		Time::HiRes::usleep(1_000);
 	}
 	return;
+}
+
+# ---------------------------------------------------------------------------
+# Test-only pause points (test_pause.c): pmwal.test_pause names the points a
+# process stops at; it logs 'pmwal test pause at "point" (pid N)' and waits
+# until the file pmwal_test_release.<point> exists in the data directory.
+# ---------------------------------------------------------------------------
+push @EXPORT, qw(pause_wait pause_seen pause_release pause_rearm bg_psql
+  bg_psql_finish without_ring_query lsn_num);
+
+# Wait until a process logs its pause at $point after log offset $offset;
+# returns its pid.  Dies after $timeout seconds (default 60).
+sub pause_wait
+{
+	my ($node, $point, $offset, $timeout) = @_;
+	my $deadline = Time::HiRes::time() + ($timeout // 60);
+	while (1)
+	{
+		my $pid = pause_seen($node, $point, $offset);
+		return $pid if $pid;
+		die "no pause at \"$point\" within the time allowed"
+		  if Time::HiRes::time() > $deadline;
+		Time::HiRes::usleep(20_000);
+	}
+}
+
+# The pid of a process that paused at $point after $offset, or undef.
+sub pause_seen
+{
+	my ($node, $point, $offset) = @_;
+	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset // 0);
+	return $log =~ /pmwal test pause at "\Q$point\E" \(pid (\d+)\)/ ? $1 : undef;
+}
+
+# Let every process held at $point go on (and any that reaches it later).
+sub pause_release
+{
+	my ($node, $point) = @_;
+	PostgreSQL::Test::Utils::append_to_file(
+		$node->data_dir . "/pmwal_test_release.$point", '');
+	return;
+}
+
+# Make $point hold processes again after a release.
+sub pause_rearm
+{
+	my ($node, $point) = @_;
+	unlink $node->data_dir . "/pmwal_test_release.$point";
+	return;
+}
+
+# Run SQL in psql in the background (each element of @sql one -c, so one
+# transaction each); returns a handle for bg_psql_finish.
+sub bg_psql
+{
+	my ($node, @sql) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-v', 'ON_ERROR_STOP=1',
+		  '-d', $node->connstr('postgres'), map { ('-c', $_) } @sql ],
+		'>', \$out, '2>', \$err);
+	return { h => $h, out => \$out, err => \$err };
+}
+
+# Wait for a background psql to end; returns (exit code, stdout, stderr).
+sub bg_psql_finish
+{
+	my ($bg) = @_;
+	$bg->{h}->finish;
+	return ($bg->{h}->result(0), ${ $bg->{out} }, ${ $bg->{err} });
+}
+
+# LSN text (X/Y) as a number.
+sub lsn_num
+{
+	my ($hi, $lo) = split m{/}, $_[0];
+	return hex($hi) * 2**32 + hex($lo);
+}
+
+# Negative control for a power cut: start a copy of the stopped node's data
+# directory without its ring (pmwal.path = '') and run $sql there.  Returns
+# the result, or undef if the copy cannot even start.  What the copy lacks
+# is exactly what only the ring held.
+sub without_ring_query
+{
+	my ($node, $sql) = @_;
+	my $copy = PostgreSQL::Test::Cluster->new($node->name . '_noring');
+	PostgreSQL::Test::RecursiveCopy::copypath($node->data_dir, $copy->data_dir);
+	chmod 0700, $copy->data_dir;
+	unlink $copy->data_dir . '/postmaster.pid';
+	$copy->append_conf('postgresql.conf',
+		"port = " . $copy->port . "\npmwal.path = ''\nrestart_after_crash = off\n");
+	my $result;
+	if ($copy->start(fail_ok => 1))
+	{
+		$result = $copy->safe_psql('postgres', $sql);
+		$copy->stop('immediate');
+	}
+	$copy->clean_node;
+	return $result;
 }
 
 1;
