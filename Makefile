@@ -5,6 +5,7 @@ OBJS = \
 	$(WIN32RES) \
 	commit.o \
 	flusher.o \
+	gate.o \
 	pmwal.o \
 	restore.o \
 	ring_file.o \
@@ -16,7 +17,7 @@ OBJS = \
 	wal_sync.o
 
 EXTENSION = pmwal
-DATA = pmwal--1.0.sql
+DATA = pmwal--1.0.sql pmwal--1.0--1.1.sql
 PGFILEDESC = "pmwal - durable commits through a ring of persistent memory"
 
 SHLIB_LINK += -lpmem

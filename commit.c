@@ -9,18 +9,25 @@
  *	   commit only, so RecordTransactionCommit inserts the commit record
  *	   without waiting for an fsync.
  *	2. At XACT_EVENT_COMMIT -- after the commit is recorded, before the
- *	   client hears of it -- XLogFlush writes the WAL up to the commit record
- *	   into the segment files with enableFsync off for exactly that call,
- *	   and the ring is made to hold it (wal_copy.c).
- *	3. If the ring cannot take it, the commit is made durable by syncing
- *	   pg_wal (wal_sync.c).  A commit is never acknowledged without its WAL
- *	   persisted in the ring or synced in pg_wal (I1).
+ *	   client hears of it -- pmwal first decides whether the ring can take
+ *	   the WAL (write_window_open, wal_copy.c).  If so, XLogFlush writes the
+ *	   WAL up to the commit record into the segment files with enableFsync
+ *	   off for exactly that call, and the ring is made to hold it.
+ *	3. If not, the commit is made durable the ordinary way: XLogFlush with
+ *	   fsync, then pmwal_ensure_durable (wal_sync.c).  A commit is never
+ *	   acknowledged without its WAL persisted in the ring or synced in
+ *	   pg_wal (I1), and nothing waits between a write without fsync and its
+ *	   copy.
  *
  * Commits that pmwal does not switch to asynchronous (a synchronous standby
- * is requested, pmwal.enabled is off, the flusher is not running) are
- * flushed by PostgreSQL itself.  That flush is a no-op when an earlier
- * write without fsync already moved the flush pointer past them, so they
- * too are checked here and covered by the ring or a sync.
+ * is requested, pmwal.enabled is off, the flusher is not running), commits
+ * that PostgreSQL flushes although synchronous_commit is off (they drop
+ * relations, or forced a synchronous commit), PREPARE TRANSACTION and COMMIT
+ * or ROLLBACK PREPARED are flushed by PostgreSQL itself.  That flush is a
+ * no-op when another backend's write without fsync already moved the flush
+ * pointer past them, so they are checked here and covered by the ring or a
+ * sync -- before the files of dropped relations are unlinked, which
+ * PostgreSQL does after this callback.
  *
  * Nothing here may raise an ERROR after the commit is recorded: that would
  * be a PANIC.  Failures fall back to syncing; a failed sync is a PANIC, as
@@ -46,65 +53,60 @@ static XLogRecPtr commit_end_before;
 
 /*
  * XLogFlush without fsync: write the WAL up to "end" into the page cache
- * and advance the flush pointer.  lies_running and nosync_upto let commits
- * that PostgreSQL flushes itself tell whether that flush can be trusted.
- * There is no PG_TRY here on purpose: the transaction is already committed,
- * so an error inside XLogFlush is a PANIC and nothing needs restoring.
+ * and advance the flush pointer.  Only inside a write window.  There is no
+ * PG_TRY here on purpose: the transaction is already committed, so an error
+ * inside XLogFlush is a PANIC and nothing needs restoring.
  */
 static void
 write_without_fsync(XLogRecPtr end)
 {
 	bool		save_fsync = enableFsync;
 
-	pg_atomic_fetch_add_u32(&pmwal_shared->lies_running, 1);
 	enableFsync = false;
 	XLogFlush(end);
 	enableFsync = save_fsync;
 	pmwal_advance(&pmwal_shared->nosync_upto, GetFlushRecPtr(NULL));
-	pg_atomic_fetch_sub_u32(&pmwal_shared->lies_running, 1);
+}
+
+/* The ordinary way: PostgreSQL's flush, then make sure it holds. */
+static void
+commit_fallback(XLogRecPtr end, PmwalFallback reason)
+{
+	pmwal_count(CTR_FALLBACK_FIRST + reason, 1);
+	XLogFlush(end);
+	pmwal_ensure_durable(end, true);
 }
 
 /* Steps 2 and 3 for a commit that pmwal made asynchronous. */
 static void
 commit_through_ring(XLogRecPtr end)
 {
-	int			rc = RING_APPEND_OK;
-
-	if (end > pg_atomic_read_u64(&pmwal_shared->ack_lsn))
-	{
-		write_without_fsync(end);
-		PMWAL_PAUSE_POINT("commit_after_write");
-		rc = ring_append(end, true);
-	}
-	if (rc == RING_APPEND_OK)
-		pmwal_count(CTR_RING_COMMITS, 1);
-	else
-		pmwal_fallback(end, true, (PmwalFallback) rc);
-}
-
-/*
- * For WAL up to "end" that PostgreSQL flushed itself: make sure it is
- * durable, unless no write without fsync could have made that flush a
- * no-op.
- */
-static void
-ensure_flushed_durable(XLogRecPtr end, bool is_commit)
-{
 	int			rc;
 
-	if (end <= pg_atomic_read_u64(is_commit ? &pmwal_shared->ack_lsn
-								  : &pmwal_shared->cover_lsn))
-		return;
-	if (pg_atomic_read_u32(&pmwal_shared->lies_running) == 0)
+	if (end <= pg_atomic_read_u64(&pmwal_shared->ack_lsn))
 	{
-		pg_memory_barrier();
-		if (pg_atomic_read_u64(&pmwal_shared->nosync_upto) <=
-			pg_atomic_read_u64(&pmwal_shared->durable_lsn))
-			return;
+		/* another commit's copy already carried this one */
+		pmwal_count(CTR_RING_COMMITS, 1);
+		return;
 	}
-	rc = ring_append(end, is_commit);
+	rc = write_window_open(end);
 	if (rc != RING_APPEND_OK)
-		pmwal_fallback(end, is_commit, (PmwalFallback) rc);
+	{
+		commit_fallback(end, (PmwalFallback) rc);
+		return;
+	}
+	write_without_fsync(end);
+	PMWAL_PAUSE_POINT("commit_after_write");
+	rc = ring_append(end, true, COPY_WINDOW);
+	if (rc != RING_APPEND_OK)
+	{
+		/* no waiting after the write: sync what it wrote, now */
+		pmwal_count(CTR_FALLBACK_FIRST + rc, 1);
+		pmwal_sync_upto(GetFlushRecPtr(NULL), end);
+	}
+	else
+		pmwal_count(CTR_RING_COMMITS, 1);
+	write_window_close();
 }
 
 /* May this commit be made asynchronous and carried by the ring? */
@@ -118,11 +120,47 @@ may_force_async(void)
 		pmwal_stand_aside_reason() == NULL;
 }
 
+/* XACT_EVENT_COMMIT: see the file header. */
+static void
+at_commit(bool was_forced)
+{
+	XLogRecPtr	end = XactLastCommitEnd;
+	XLogRecPtr	flush;
+
+	if (end == commit_end_before)
+		return;					/* this transaction wrote no WAL */
+
+	HOLD_INTERRUPTS();
+	if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
+	{
+		if (was_forced)
+			commit_through_ring(end);
+		else if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF ||
+				 end <= GetFlushRecPtr(NULL))
+			pmwal_ensure_durable(end, true);	/* PostgreSQL flushed it */
+	}
+	else if (pmwal_finishing_prepared())
+	{
+		/*
+		 * COMMIT or ROLLBACK PREPARED flushed its record; the wrapper
+		 * transaction has no xid.  If the wrapper wrote WAL after that
+		 * record, cover what is flushed (a record boundary is only known
+		 * for "end").
+		 */
+		flush = GetFlushRecPtr(NULL);
+		if (end <= flush)
+			pmwal_ensure_durable(end, true);
+		else
+			pmwal_ensure_durable(flush, false);
+	}
+	/* else: no xid, e.g. HOT pruning: nothing was promised about it */
+	RESUME_INTERRUPTS();
+}
+
 static void
 pmwal_xact_callback(XactEvent event, void *arg)
 {
 	bool		was_forced;
-	XLogRecPtr	end;
 
 	if (pmwal_ring == NULL)
 		return;
@@ -146,39 +184,19 @@ pmwal_xact_callback(XactEvent event, void *arg)
 				synchronous_commit = saved_synchronous_commit;
 				forced_async = false;
 			}
-			end = XactLastCommitEnd;
-			if (end == commit_end_before ||
-				synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
-				break;			/* no WAL, or no durability wanted */
-
-			HOLD_INTERRUPTS();
-			if (TransactionIdIsValid(GetTopTransactionIdIfAny()))
-			{
-				if (was_forced)
-					commit_through_ring(end);
-				else
-					ensure_flushed_durable(end, true);
-			}
-			else if (end <= GetFlushRecPtr(NULL))
-			{
-				/* no commit record of ours, but WAL PostgreSQL flushed: 2PC */
-				ensure_flushed_durable(end, true);
-			}
-			RESUME_INTERRUPTS();
+			at_commit(was_forced);
 			break;
 
 		case XACT_EVENT_PREPARE:
-			/* EndPrepare flushed the PREPARE record; make that true. */
-			if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
-			{
-				HOLD_INTERRUPTS();
-				ensure_flushed_durable(GetFlushRecPtr(NULL), false);
-				RESUME_INTERRUPTS();
-			}
+			/* EndPrepare flushed the PREPARE record, always; make that true */
+			HOLD_INTERRUPTS();
+			pmwal_ensure_durable(GetFlushRecPtr(NULL), false);
+			RESUME_INTERRUPTS();
 			break;
 
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			(void) pmwal_finishing_prepared();
 			if (forced_async)
 			{
 				synchronous_commit = saved_synchronous_commit;

@@ -10,14 +10,19 @@
  * full, when pmwal.flush_interval has passed, or at once when a committer
  * waits for room -- and then moves the ring's tail.  It also copies WAL
  * that reached the flush pointer without a commit carrying it into the ring
- * (a backend that exited mid-copy, flushes by other processes), so that the
- * ring always covers the flush pointer.
+ * (a committer descheduled or killed after its write, flushes by other
+ * processes), so that the ring always covers the flush pointer; it
+ * prepares the segments commits will write next (wal_sync.c); and it
+ * clears the ring's exposure mark when no write window is open
+ * (wal_copy.c).
  *
  * Commits use the ring only while the flusher runs: it anchors the ring
  * after recovery at a point it has really synced, and drains it (syncs
  * everything, leaves the ring empty) when pmwal.enabled is turned off and
- * when it is asked to shut down.  If it dies, commits fall back to syncing
- * pg_wal until it is back.
+ * when it is asked to shut down.  If it dies -- killed, or after an ERROR,
+ * when it exits with 1 and the postmaster starts it again a second later --
+ * commits fall back to flushing pg_wal until it is back; the ring keeps
+ * what it holds, and windows already open still copy into it.
  *
  * IDENTIFICATION
  *		flusher.c
@@ -62,8 +67,6 @@ pmwal_flusher_register(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-static bool restart_ring(bool accept);
-
 /* Whatever way the flusher exits, commits must stop relying on it. */
 static void
 flusher_exit(int code, Datum arg)
@@ -77,6 +80,7 @@ flusher_exit(int code, Datum arg)
 /*
  * Sync all WAL written so far and return a record boundary before which
  * everything is durable: the end of a record we write for the purpose.
+ * The sync is pmwal's own, real whatever the fsync setting.
  */
 static XLogRecPtr
 sync_to_new_boundary(void)
@@ -84,46 +88,93 @@ sync_to_new_boundary(void)
 	XLogRecPtr	boundary = pmwal_write_boundary();
 
 	XLogFlush(boundary);
-
-	/*
-	 * Until pmwal first writes WAL without fsync in this server life, all
-	 * WAL was flushed by PostgreSQL itself, segment files and pg_wal/
-	 * entries included: the XLogFlush above made the boundary durable.
-	 */
-	if (pg_atomic_read_u64(&pmwal_shared->nosync_upto) == 0)
-		pmwal_advance(&pmwal_shared->durable_lsn, boundary);
-	else
-		pmwal_sync_upto(boundary, boundary);
+	pmwal_sync_upto(boundary, boundary);
 	return boundary;
 }
 
 /*
- * Start the ring over, empty, at a freshly synced boundary.  With
- * "accept", commits may use it from now on.
+ * Stop new write windows, wait for the open ones, sync everything and
+ * leave the ring empty.  Someone making sure flushed WAL is covered may
+ * still have copied past the boundary; then sync again.
  */
-static bool
-restart_ring(bool accept)
+static void
+drain_ring(void)
 {
-	XLogRecPtr	boundary = sync_to_new_boundary();
 	RingHeader *hdr = pmwal_ring->hdr;
-	TimeLineID	tli = GetWALInsertionTimeLine();
-	int			rc;
 
-	PMWAL_PAUSE_POINT("restart_after_sync");
+	pg_atomic_write_u32(&pmwal_shared->accepting, 0);
+	wait_for_writes_closed();
+	for (;;)
+	{
+		XLogRecPtr	boundary = sync_to_new_boundary();
+		bool		done = false;
 
+		PMWAL_PAUSE_POINT("drain_after_sync");
+		LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
+		if (hdr->head.v <= boundary)
+		{
+			(void) ring_reanchor_locked(boundary);
+			(void) ring_set_word(&hdr->state.v, RING_STATE_EMPTY);
+			ring_publish_acks();
+			done = true;
+		}
+		LWLockRelease(pmwal_shared->ring_lock);
+		if (done)
+			break;
+	}
+	exposure_clear_if_quiet();
+	ConditionVariableBroadcast(&pmwal_shared->space_cv);
+}
+
+/*
+ * The ring holds WAL of one timeline.  When the insertion timeline differs
+ * (after a promotion), the ring is drained, and its header rewritten while
+ * it is empty and no window is open.
+ */
+static void
+follow_timeline(TimeLineID tli)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	if (pmwal_shared->tli == tli && hdr->st.s.timeline == tli)
+		return;
+	if (pg_atomic_read_u32(&pmwal_shared->accepting) || ring_holds_wal(hdr))
+		drain_ring();
+	wait_for_writes_closed();
 	LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
 	pmwal_shared->tli = tli;
+	pg_atomic_write_u64(&pmwal_shared->prepared_segno, 0);
 	if (hdr->st.s.timeline != tli)
 	{
-		/* The ring must be empty before its header may be rewritten. */
-		(void) ring_set_word(&hdr->tail.v, hdr->head.v);
 		ring_write_static(hdr->st.s.system_identifier, tli, pmwal_ring->capacity);
 		ereport(LOG,
 				(errmsg("pmwal ring now holds WAL of timeline %u", tli)));
 	}
+	LWLockRelease(pmwal_shared->ring_lock);
+}
+
+/*
+ * Anchor the ring at a freshly synced boundary, or, when it already holds
+ * WAL past it, only move its tail there (ring_reanchor_locked never moves
+ * anything back: commits go on meanwhile).  With "accept", commits may use
+ * it from now on.
+ */
+static bool
+restart_ring(bool accept)
+{
+	TimeLineID	tli = GetWALInsertionTimeLine();
+	XLogRecPtr	boundary;
+	int			rc;
+
+	follow_timeline(tli);
+	(void) pmwal_prepare_segments(GetXLogInsertRecPtr(), tli);
+	boundary = sync_to_new_boundary();
+	PMWAL_PAUSE_POINT("restart_after_sync");
+
+	LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
 	rc = ring_reanchor_locked(boundary);
-	if (rc == RING_APPEND_OK)
-		pg_atomic_write_u32(&pmwal_shared->accepting, accept ? 1 : 0);
+	if (rc == RING_APPEND_OK && accept)
+		pg_atomic_write_u32(&pmwal_shared->accepting, 1);
 	LWLockRelease(pmwal_shared->ring_lock);
 	PMWAL_PAUSE_POINT("restart_done");
 	if (rc != RING_APPEND_OK)
@@ -132,27 +183,6 @@ restart_ring(bool accept)
 						LSN_FORMAT_ARGS(boundary),
 						pmwal_fallback_name((PmwalFallback) rc))));
 	return rc == RING_APPEND_OK;
-}
-
-/* Stop taking commits, sync everything and leave the ring empty. */
-static void
-drain_ring(void)
-{
-	XLogRecPtr	boundary;
-
-	LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
-	pg_atomic_write_u32(&pmwal_shared->accepting, 0);
-	LWLockRelease(pmwal_shared->ring_lock);
-
-	boundary = sync_to_new_boundary();
-	LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
-	(void) ring_set_word(&pmwal_ring->hdr->tail.v, boundary);
-	(void) ring_set_word(&pmwal_ring->hdr->head.v, boundary);
-	(void) ring_set_word(&pmwal_ring->hdr->last_end.v, boundary);
-	(void) ring_set_word(&pmwal_ring->hdr->state.v, RING_STATE_EMPTY);
-	ring_publish_acks();
-	LWLockRelease(pmwal_shared->ring_lock);
-	ConditionVariableBroadcast(&pmwal_shared->space_cv);
 }
 
 /*
@@ -173,11 +203,11 @@ sync_and_free(void)
 	LWLockRelease(pmwal_shared->ring_lock);
 
 	pmwal_sync_upto(head, last_end);
+	PMWAL_PAUSE_POINT("free_after_sync");
 
 	LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
-	if (last_end > hdr->tail.v && last_end <= hdr->head.v &&
-		last_end <= pg_atomic_read_u64(&pmwal_shared->durable_lsn))
-		(void) ring_set_word(&hdr->tail.v, last_end);
+	if (last_end <= pg_atomic_read_u64(&pmwal_shared->durable_lsn))
+		(void) ring_reanchor_locked(last_end);
 	stuck = hdr->head.v - RING_TAIL_PAGE(hdr->tail.v) >= pmwal_ring->capacity / 2;
 	LWLockRelease(pmwal_shared->ring_lock);
 
@@ -201,13 +231,13 @@ copy_gap(XLogRecPtr flush)
 	int			rc;
 
 	LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
-	rc = ring_copy_locked(flush, false);
+	rc = ring_copy_locked(flush, false, COPY_FLUSHER);
 	LWLockRelease(pmwal_shared->ring_lock);
 	if (rc == RING_NEED_SPACE)
 	{
 		sync_and_free();
 		LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
-		rc = ring_copy_locked(flush, false);
+		rc = ring_copy_locked(flush, false, COPY_FLUSHER);
 		LWLockRelease(pmwal_shared->ring_lock);
 	}
 	if (rc != RING_APPEND_OK)
@@ -238,6 +268,20 @@ sync_due(TimestampTz last_sync)
 									  pmwal_flush_interval);
 }
 
+/* At a reload: say what turning fsync off means now. */
+static void
+reload_config(void)
+{
+	bool		fsync_was = enableFsync;
+
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	if (fsync_was && !enableFsync)
+		ereport(WARNING,
+				(errmsg("fsync is off, so PostgreSQL's own flushes and checkpoints are no longer durable"),
+				 errdetail("pmwal keeps making commits durable through the ring and syncs pg_wal itself, but a power loss can leave data files and pg_control ahead of the WAL.")));
+}
+
 void
 pmwal_flusher_main(Datum main_arg)
 {
@@ -259,17 +303,16 @@ pmwal_flusher_main(Datum main_arg)
 	for (;;)
 	{
 		bool		accepting;
+		bool		idle;
 		XLogRecPtr	flush;
 		long		timeout;
 
 		ResetLatch(MyLatch);
 		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+			reload_config();
 		if (ShutdownRequestPending)
 			break;
+		PMWAL_PAUSE_POINT("flusher_loop");
 
 		accepting = pg_atomic_read_u32(&pmwal_shared->accepting) != 0;
 		if (!accepting && pmwal_enabled && !pmwal_sync_method_conflicts())
@@ -287,6 +330,7 @@ pmwal_flusher_main(Datum main_arg)
 		}
 		else if (accepting)
 		{
+			(void) pmwal_prepare_segments(GetXLogInsertRecPtr(), pmwal_shared->tli);
 			/* Cover WAL that reached the flush pointer without a commit. */
 			flush = GetFlushRecPtr(NULL);
 			if (flush > pg_atomic_read_u64(&pmwal_shared->cover_lsn))
@@ -302,10 +346,19 @@ pmwal_flusher_main(Datum main_arg)
 				last_activity = GetCurrentTimestamp();
 			}
 		}
+		exposure_clear_if_quiet();
 
-		timeout = pmwal_flush_interval;
-		if (!TimestampDifferenceExceeds(last_activity, GetCurrentTimestamp(), IDLE_AFTER_MS))
-			timeout = Min(timeout, BUSY_POLL_MS);
+		/*
+		 * While WAL is being written, poll often: a committer descheduled
+		 * after its write relies on this to have its WAL copied.  Idle,
+		 * sleep until the next interval or until a committer wakes us.
+		 */
+		idle = TimestampDifferenceExceeds(last_activity, GetCurrentTimestamp(), IDLE_AFTER_MS);
+		timeout = idle ? pmwal_flush_interval : Min(pmwal_flush_interval, BUSY_POLL_MS);
+		pg_atomic_write_u32(&pmwal_shared->flusher_idle, idle ? 1 : 0);
+		pg_memory_barrier();
+		if (idle && pg_atomic_read_u32(&pmwal_shared->writes_open) > 0)
+			timeout = BUSY_POLL_MS;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 timeout, PG_WAIT_EXTENSION);
 	}
@@ -315,6 +368,7 @@ pmwal_flusher_main(Datum main_arg)
 	 * the postmaster starts the flusher again if the server keeps running
 	 * (someone terminated just the flusher); at shutdown it does not.
 	 */
+	pg_atomic_write_u32(&pmwal_shared->flusher_idle, 0);
 	drain_ring();
 	ring_close_segment();
 	ereport(LOG,

@@ -163,6 +163,7 @@ _PG_init(void)
 	{
 		pmwal_flusher_register();
 		pmwal_commit_init();
+		pmwal_gate_init();
 	}
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -188,6 +189,7 @@ static void
 pmwal_shmem_startup_hook(void)
 {
 	static bool attached = false;
+	bool		crash_restart = attached;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
@@ -204,7 +206,9 @@ pmwal_shmem_startup_hook(void)
 					 errdetail("pmwal writes WAL without syncing it and syncs the segments itself; a WAL file opened with O_SYNC or O_DSYNC while pmwal writes it would silently stop being synced."),
 					 errhint("Set wal_sync_method to fdatasync (the default on Linux) or fsync, or leave pmwal.path empty.")));
 	}
-	pmwal_restore();
+	pmwal_restore(crash_restart);
+	/* registered anew at every crash-restart: shmem_exit ran the old one */
+	on_shmem_exit(pmwal_exit_sync, 0);
 }
 
 /*

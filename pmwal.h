@@ -75,7 +75,10 @@ extern void ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity);
 
 /*
  * Why a commit could not be made durable through the ring and was made
- * durable by syncing pg_wal instead.
+ * durable the ordinary way (a flush with fsync, then pmwal's own sync)
+ * instead.  All but FALLBACK_OVERRUN are decided before the commit's WAL is
+ * written, so that PostgreSQL never trusts WAL that neither the ring nor a
+ * sync holds for longer than one copy.
  */
 typedef enum PmwalFallback
 {
@@ -85,6 +88,10 @@ typedef enum PmwalFallback
 	FALLBACK_READ,				/* WAL could not be read back from pg_wal */
 	FALLBACK_RECYCLED,			/* the range's segment was already recycled */
 	FALLBACK_PERSIST,			/* persisting the ring failed (msync mode) */
+	FALLBACK_SEGMENT,			/* the WAL would enter a segment not prepared */
+	FALLBACK_PAUSED,			/* an irreversible statement runs (2PC, DROP DATABASE) */
+	FALLBACK_OVERRUN,			/* after the write: WAL inserted meanwhile did
+								 * not fit; synced at once */
 	NUM_FALLBACKS
 } PmwalFallback;
 
@@ -103,6 +110,7 @@ typedef enum PmwalCounter
 	CTR_SYNCS,					/* sync rounds of pg_wal */
 	CTR_SEGMENTS_SYNCED,		/* fdatasync() calls on segments */
 	CTR_DIR_SYNCS,				/* fsync() calls on pg_wal/ */
+	CTR_SEGMENTS_PREPARED,		/* segments the flusher created or synced ahead */
 	CTR_FALLBACK_FIRST,			/* one counter per PmwalFallback */
 	NUM_COUNTERS = CTR_FALLBACK_FIRST + NUM_FALLBACKS
 } PmwalCounter;
@@ -118,14 +126,20 @@ typedef enum PmwalCounter
  *					Max(ring head, durable_lsn)
  *	pending_end		highest commit end that is waiting for the ring; the
  *					copier moves last_end up to it
- *	lies_running	XLogFlush calls without fsync now in progress
- *	nosync_upto		highest flush pointer such a call left behind
+ *	writes_open		commits between their announcement (before their write
+ *					without fsync) and the end of their ring copy
+ *	nosync_upto		highest flush pointer a write without fsync left behind
+ *	prepared_segno	pg_wal/ holds every segment up to this one of timeline
+ *					"tli", created and synced with its directory entry
+ *	accepting		a commit may start a write without fsync
+ *	paused			statements that must see only real flushes are running
+ *	exposure_*		mirror of the ring's "exposed" word, and the flusher's
+ *					handshake for clearing it (see wal_copy.c)
  *
- * ring_lock serialises copying into the ring and every change of the
- * ring's tail, head and last_end; "accepting" changes only under it too.
- * sync_lock serialises syncing pg_wal and advancing durable_lsn.  Neither
- * is held while waiting for the other's holder to finish a sync, except
- * that a sync may take ring_lock briefly to move the tail.
+ * All positions only move forward.  ring_lock serialises copying into the
+ * ring and every change of the ring's tail, head and last_end.  sync_lock
+ * serialises syncing pg_wal and advancing durable_lsn; ring_lock is taken
+ * after it, never before.
  */
 typedef struct PmwalShared
 {
@@ -137,13 +151,17 @@ typedef struct PmwalShared
 	 * group has a cache line of its own so that the writes of one core do
 	 * not keep invalidating what the other core only reads.
 	 */
-	/* accepting: the flusher anchored the ring, commits may use it */
 	pg_atomic_uint32 accepting pg_attribute_aligned(PG_CACHE_LINE_SIZE);
+	pg_atomic_uint32 paused;
+	pg_atomic_uint32 exposure_marked;
+	pg_atomic_uint32 exposure_clearing;
+	pg_atomic_uint32 flusher_idle;
 	pg_atomic_uint64 durable_lsn;
 	pg_atomic_uint64 ack_lsn;
 	pg_atomic_uint64 cover_lsn;
+	pg_atomic_uint64 prepared_segno;
 	pg_atomic_uint64 pending_end pg_attribute_aligned(PG_CACHE_LINE_SIZE);
-	pg_atomic_uint32 lies_running pg_attribute_aligned(PG_CACHE_LINE_SIZE);
+	pg_atomic_uint32 writes_open pg_attribute_aligned(PG_CACHE_LINE_SIZE);
 	pg_atomic_uint64 nosync_upto;
 
 	/* the rest is read and written by the flusher and under ring_lock */
@@ -174,19 +192,40 @@ extern bool pmwal_sync_method_conflicts(void);
 extern void pmwal_commit_init(void);
 
 /* wal_copy.c */
-extern int	ring_append(XLogRecPtr end, bool is_commit);
-extern int	ring_copy_locked(XLogRecPtr end, bool is_commit);
+
+/* Who copies WAL into the ring; see ring_copy_locked(). */
+typedef enum CopyKind
+{
+	COPY_WINDOW,				/* a committer after its write without fsync */
+	COPY_FLUSHER,				/* the flusher, covering a gap */
+	COPY_COVER					/* anyone making sure flushed WAL is covered */
+} CopyKind;
+
+extern int	write_window_open(XLogRecPtr end);
+extern void write_window_close(void);
+extern int	ring_append(XLogRecPtr end, bool is_commit, CopyKind kind);
+extern int	ring_copy_locked(XLogRecPtr end, bool is_commit, CopyKind kind);
 extern int	ring_reanchor_locked(XLogRecPtr at);
 extern void ring_publish_acks(void);
 extern void ring_close_segment(void);
+extern void exposure_clear_if_quiet(void);
+extern void wait_for_writes_closed(void);
 
 /* wal_sync.c */
 extern void pmwal_sync_upto(XLogRecPtr upto, XLogRecPtr boundary);
-extern void pmwal_fallback(XLogRecPtr end, bool is_boundary, PmwalFallback reason);
+extern void pmwal_ensure_durable(XLogRecPtr end, bool is_commit);
 extern XLogRecPtr pmwal_write_boundary(void);
+extern void pmwal_fsync_fd(int fd, const char *path, int elevel);
+extern void pmwal_fsync_path(const char *path, bool isdir, int elevel);
+extern int	pmwal_prepare_segments(XLogRecPtr upto, TimeLineID tli);
 
 /* restore.c */
-extern void pmwal_restore(void);
+extern void pmwal_restore(bool crash_restart);
+extern void pmwal_exit_sync(int code, Datum arg);
+
+/* gate.c */
+extern void pmwal_gate_init(void);
+extern bool pmwal_finishing_prepared(void);
 
 /* test_pause.c: test-only pause points, inert unless pmwal.test_pause is set */
 extern PGDLLIMPORT char *pmwal_test_pause;

@@ -9,17 +9,32 @@
  * startup process exists.  A ring holding WAL is first checked as a whole
  * -- its identity (I4), every page header and every record's CRC, read with
  * PostgreSQL's XLogReader over the ring, through the end of the last
- * acknowledged commit, and that it connects to the WAL pg_wal holds -- and
- * only then written into the segment files (created and zero-filled when
- * missing), each fdatasynced, pg_wal/ fsynced, and the ring marked empty.
- * A ring that fails any check stops the server and nothing is written.  A
- * restore killed at any point is simply done again at the next start: the
- * bytes are the ones PostgreSQL wrote for those LSNs (I3).
+ * acknowledged commit, that it connects to the WAL pg_wal holds, and that
+ * it agrees with pg_wal on the checkpoint record pg_control names -- and
+ * only then is every verified record written into the segment files
+ * (created and zero-filled when missing), each fdatasynced, pg_wal/
+ * fsynced, the checkpoint record checked readable, and the ring marked
+ * empty.  A ring that fails any check stops the server and nothing is
+ * written.  A restore killed at any point is simply done again at the next
+ * start: the bytes are the ones PostgreSQL wrote for those LSNs (I3).
+ * Every sync here is real, whatever the fsync setting.
  *
  * After a crash, PostgreSQL may also have written WAL that is only in the
  * page cache (WAL past the ring's head, written but not yet copied): the
  * segments from the redo point on are fsynced before redo, so that a
  * power loss after recovery cannot take away what redo replayed.
+ *
+ * If the ring says a write window was open ("exposed"), WAL beyond what
+ * survives may have reached a standby or the WAL archive.  Recovery then
+ * ends on a new timeline (recovery.signal), so that a standby or archive
+ * ahead of this server sees the fork and stops, instead of splicing two
+ * histories at the same LSNs.  Not at a crash-restart of a running
+ * postmaster: the page cache kept that WAL.
+ *
+ * A data directory restored from a base backup (backup_label) is not given
+ * a ring's WAL: the ring may belong to the server the backup came from.
+ * After pg_resetwal the ring's WAL no longer fits the cluster's history.
+ * Both are refused, touching nothing.
  *
  * IDENTIFICATION
  *		restore.c
@@ -32,6 +47,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "access/rmgr.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "access/xlogreader.h"
@@ -41,6 +57,7 @@
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "storage/fd.h"
+#include "utils/guc.h"
 
 #include "pmwal.h"
 
@@ -85,11 +102,14 @@ ring_page_read(XLogReaderState *reader, XLogRecPtr page, int reqLen,
 /*
  * Read every record in the ring from its tail.  Refuses (FATAL) unless the
  * records read cleanly at least through last_end; a record cut off by the
- * head after that is the expected end.  Returns the first record's xl_prev.
+ * head after that is the expected end.  Returns the first record's xl_prev,
+ * and in *verified_end the end of the last record that read cleanly: only
+ * that much is written back, never bytes after it that merely sent the
+ * reader past the head.
  */
 static XLogRecPtr
 verify_ring(uint64 sysid, XLogRecPtr tail, XLogRecPtr head, XLogRecPtr last_end,
-			uint64 *nrecords)
+			uint64 *nrecords, XLogRecPtr *verified_end)
 {
 	RingReader	rr = {tail, head, false};
 	XLogReaderState *reader;
@@ -132,6 +152,7 @@ verify_ring(uint64 sysid, XLogRecPtr tail, XLogRecPtr head, XLogRecPtr last_end,
 						   LSN_FORMAT_ARGS(last_end)),
 				 errhint("%s", restore_hint)));
 	XLogReaderFree(reader);
+	*verified_end = verified;
 	return first_prev;
 }
 
@@ -225,10 +246,7 @@ write_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 			write_fully(fd, pmwal_ring->data + roff, piece, off + done, path);
 			done += piece;
 		}
-		if (pg_fdatasync(fd) != 0)
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not fdatasync file \"%s\": %m", path)));
+		pmwal_fsync_fd(fd, path, FATAL);
 		close(fd);
 		nsegs++;
 		from += n;
@@ -237,67 +255,240 @@ write_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 }
 
 /*
- * After a crash, WAL written but never synced may sit in the page cache
- * beyond the ring's head; redo will replay it, so make it durable first.
+ * Sync every WAL segment from "first" on (any timeline) and pg_wal/: after
+ * a crash, WAL written but never synced may sit in the page cache beyond
+ * the ring's head; redo will replay it, so make it durable first.
  */
 static void
-sync_segments_from(XLogSegNo first, TimeLineID tli)
+sync_segments_from(XLogSegNo first, int elevel)
 {
 	DIR		   *dir = AllocateDir(XLOGDIR);
 	struct dirent *de;
 
-	while ((de = ReadDir(dir, XLOGDIR)) != NULL)
+	while ((de = ReadDirExtended(dir, XLOGDIR, elevel)) != NULL)
 	{
 		TimeLineID	ftli;
 		XLogSegNo	segno;
 		char		path[MAXPGPATH];
-		int			fd;
 
 		if (!IsXLogFileName(de->d_name))
 			continue;
 		XLogFromFileName(de->d_name, &ftli, &segno, wal_segment_size);
-		if (ftli != tli || segno < first)
+		if (segno < first)
 			continue;
 		snprintf(path, sizeof(path), XLOGDIR "/%s", de->d_name);
-		fd = open(path, O_RDWR | PG_BINARY | O_CLOEXEC);
-		if (fd < 0 || pg_fdatasync(fd) != 0)
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not fdatasync file \"%s\": %m", path)));
-		close(fd);
+		pmwal_fsync_path(path, false, elevel);
 	}
 	FreeDir(dir);
+	pmwal_fsync_path(XLOGDIR, true, elevel);
 }
 
-/* Mark the ring empty: its WAL is in pg_wal now. */
+/* Mark the ring empty (its WAL is in pg_wal now) and not exposed. */
 static void
 empty_ring(RingHeader *hdr)
 {
 	if (!ring_set_word(&hdr->tail.v, hdr->head.v) ||
+		!ring_set_word(&hdr->exposed.v, 0) ||
 		!ring_set_word(&hdr->state.v, RING_STATE_EMPTY))
 		ereport(FATAL,
 				(errcode_for_file_access(),
 				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_path)));
 }
 
+/* Reading records from pg_wal's segment files of one timeline. */
+static int
+pg_wal_page_read(XLogReaderState *reader, XLogRecPtr page, int reqLen,
+				 XLogRecPtr targetRecPtr, char *buf)
+{
+	TimeLineID	tli = *(TimeLineID *) reader->private_data;
+	char		path[MAXPGPATH];
+	XLogSegNo	segno;
+	int			fd;
+	ssize_t		n;
+
+	XLByteToSeg(page, segno, wal_segment_size);
+	XLogFilePath(path, tli, segno, wal_segment_size);
+	fd = open(path, O_RDONLY | PG_BINARY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = pg_pread(fd, buf, XLOG_BLCKSZ, XLogSegmentOffset(page, wal_segment_size));
+	close(fd);
+	return n == XLOG_BLCKSZ ? XLOG_BLCKSZ : -1;
+}
+
+/*
+ * Read the checkpoint record pg_control names from pg_wal.  Returns its
+ * xl_prev and, in *end, where it ends; false with *why set if it cannot be
+ * read.
+ */
+static bool
+read_checkpoint_record(ControlFileData *control, XLogRecPtr *prev,
+					   XLogRecPtr *end, char **why)
+{
+	TimeLineID	tli = control->checkPointCopy.ThisTimeLineID;
+	XLogReaderState *reader;
+	XLogRecord *record;
+	bool		ok;
+
+	reader = XLogReaderAllocate(wal_segment_size, NULL,
+								XL_ROUTINE(.page_read = pg_wal_page_read), &tli);
+	if (reader == NULL)
+		ereport(FATAL,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory while allocating a WAL reading processor")));
+	reader->system_identifier = control->system_identifier;
+	XLogBeginRead(reader, control->checkPoint);
+	*why = NULL;
+	record = XLogReadRecord(reader, why);
+	ok = record != NULL &&
+		record->xl_rmid == RM_XLOG_ID &&
+		((record->xl_info & ~XLR_INFO_MASK) == XLOG_CHECKPOINT_SHUTDOWN ||
+		 (record->xl_info & ~XLR_INFO_MASK) == XLOG_CHECKPOINT_ONLINE);
+	if (ok)
+	{
+		*prev = record->xl_prev;
+		*end = reader->EndRecPtr;
+	}
+	else if (*why == NULL)
+		*why = pstrdup(record ? "it is not a checkpoint record" : "it cannot be read");
+	else
+		*why = pstrdup(*why);
+	XLogReaderFree(reader);
+	return ok;
+}
+
+/*
+ * Refuse to empty a ring while the checkpoint record pg_control names
+ * cannot be read: neither the ring nor pg_wal would have it afterwards.
+ */
+static void
+require_checkpoint_record(ControlFileData *control, XLogRecPtr tail, XLogRecPtr head)
+{
+	XLogRecPtr	prev;
+	XLogRecPtr	end;
+	char	   *why;
+
+	if (!read_checkpoint_record(control, &prev, &end, &why))
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pmwal ring \"%s\" was kept: the checkpoint record at %X/%X that pg_control names is in neither the ring nor pg_wal",
+						pmwal_path, LSN_FORMAT_ARGS(control->checkPoint)),
+				 errdetail("The ring holds %X/%X to %X/%X; reading the checkpoint record from pg_wal failed: %s.",
+						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), why),
+				 errhint("%s", restore_hint)));
+}
+
+/*
+ * The ring and pg_wal must describe one history.  After pg_resetwal the
+ * checkpoint record in pg_wal has no predecessor (xl_prev is zero) and the
+ * ring's WAL at the same LSNs is older; where the ring holds the checkpoint
+ * record, its bytes must be pg_wal's.
+ */
+static void
+check_same_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr verified)
+{
+	XLogRecPtr	ckpt = control->checkPoint;
+	XLogRecPtr	prev;
+	XLogRecPtr	end;
+	char	   *why;
+	bool		differs = false;
+
+	if (!read_checkpoint_record(control, &prev, &end, &why))
+		return;					/* the restore will have to supply it */
+	if (tail <= ckpt && end <= verified)
+	{
+		char		path[MAXPGPATH];
+		char	   *disk = palloc(end - ckpt);
+		XLogSegNo	segno;
+		int			fd;
+
+		XLByteToSeg(ckpt, segno, wal_segment_size);
+		XLogFilePath(path, control->checkPointCopy.ThisTimeLineID, segno, wal_segment_size);
+		fd = open(path, O_RDONLY | PG_BINARY | O_CLOEXEC);
+		if (fd >= 0 && XLogSegmentOffset(ckpt, wal_segment_size) + (end - ckpt) <= (uint64) wal_segment_size &&
+			pg_pread(fd, disk, end - ckpt, XLogSegmentOffset(ckpt, wal_segment_size)) == (ssize_t) (end - ckpt))
+		{
+			for (XLogRecPtr p = ckpt; p < end && !differs; p++)
+				differs = disk[p - ckpt] !=
+					pmwal_ring->data[RING_OFFSET(pmwal_ring->capacity, p)];
+		}
+		if (fd >= 0)
+			close(fd);
+		pfree(disk);
+	}
+	if (prev == InvalidXLogRecPtr || differs)
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pmwal ring \"%s\" holds WAL of another history than pg_wal; nothing was restored", pmwal_path),
+				 errdetail("The ring holds WAL from %X/%X, but pg_wal's checkpoint record at %X/%X %s.",
+						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(ckpt),
+						   prev == InvalidXLogRecPtr ? "has no predecessor (pg_resetwal was run)"
+						   : "differs from the ring's bytes at that location"),
+				 errhint("The ring's WAL cannot be replayed into this cluster; \"pmwal_ctl dump\" saves it, \"pmwal_ctl reset --discard-wal\" lets the server start.")));
+}
+
+/*
+ * A write window may have been open at the crash: WAL beyond what survives
+ * may be on a standby or in the archive.  End recovery on a new timeline.
+ */
+static void
+end_recovery_on_new_timeline(XLogRecPtr exposed_at)
+{
+	struct stat st;
+	const char *restore_command;
+
+	if (stat(STANDBY_SIGNAL_FILE, &st) == 0)
+		return;					/* a standby follows its primary's timeline */
+	if (stat(RECOVERY_SIGNAL_FILE, &st) != 0)
+	{
+		int			fd = open(RECOVERY_SIGNAL_FILE, O_WRONLY | O_CREAT | O_EXCL | PG_BINARY | O_CLOEXEC,
+							  pg_file_create_mode);
+
+		if (fd < 0)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not create file \"%s\": %m", RECOVERY_SIGNAL_FILE)));
+		pmwal_fsync_fd(fd, RECOVERY_SIGNAL_FILE, FATAL);
+		close(fd);
+		pmwal_fsync_path(".", true, FATAL);
+	}
+	/* archive recovery needs a restore_command; one that finds nothing */
+	restore_command = GetConfigOption("restore_command", false, false);
+	if (restore_command == NULL || restore_command[0] == '\0')
+		SetConfigOption("restore_command", "false", PGC_POSTMASTER, PGC_S_OVERRIDE);
+	ereport(WARNING,
+			(errmsg("pmwal: WAL after %X/%X may have reached standbys or the WAL archive without surviving here; recovery will end on a new timeline",
+					LSN_FORMAT_ARGS(exposed_at)),
+			 errdetail("The server stopped while a commit had written WAL without fsync that the ring did not hold yet; walsenders and the archiver may have sent it."),
+			 errhint("A standby or archive that holds WAL beyond the end of this recovery will refuse the new timeline; rebuild such a standby or rewind it with pg_rewind.")));
+}
+
 /*
  * Restore the ring into pg_wal if it holds WAL that recovery needs.
+ * "crash_restart": the postmaster reinitialises after a process crashed
+ * (the page cache kept everything written).
  */
 void
-pmwal_restore(void)
+pmwal_restore(bool crash_restart)
 {
 	RingHeader *hdr;
 	ControlFileData *control;
 	bool		crc_ok;
+	bool		clean;
 	XLogRecPtr	tail;
 	XLogRecPtr	head;
 	XLogRecPtr	last_end;
+	XLogRecPtr	exposed;
 	XLogRecPtr	redo;
+	XLogRecPtr	redo_seg_start;
 	XLogRecPtr	from;
+	XLogRecPtr	verified;
 	XLogRecPtr	prev;
+	XLogSegNo	redo_seg;
 	TimeLineID	tli;
 	uint64		nrecords;
 	int			nsegs;
+	struct stat st;
 	instr_time	start;
 	instr_time	elapsed;
 
@@ -307,26 +498,45 @@ pmwal_restore(void)
 	control = get_controlfile(DataDir, &crc_ok);
 	redo = control->checkPointCopy.redo;
 	tli = control->checkPointCopy.ThisTimeLineID;
+	clean = control->state == DB_SHUTDOWNED || control->state == DB_SHUTDOWNED_IN_RECOVERY;
+	XLByteToSeg(redo, redo_seg, wal_segment_size);
+	redo_seg_start = redo - XLogSegmentOffset(redo, wal_segment_size);
+	exposed = hdr->state.v == RING_STATE_IN_USE ? hdr->exposed.v : 0;
+	tail = hdr->tail.v;
+	head = hdr->head.v;
+	last_end = hdr->last_end.v;
+
+	/*
+	 * Recovery needs nothing before the redo point, and the restore makes
+	 * everything after it durable: that is where pmwal's syncs start.
+	 */
+	pmwal_advance(&pmwal_shared->durable_lsn, redo);
 
 	if (!ring_holds_wal(hdr))
 	{
-		if (control->state != DB_SHUTDOWNED && control->state != DB_SHUTDOWNED_IN_RECOVERY)
+		if (!clean)
+			sync_segments_from(redo_seg, FATAL);
+		if (exposed != 0)
 		{
-			XLogSegNo	first;
-
-			XLByteToSeg(redo, first, wal_segment_size);
-			sync_segments_from(first, tli);
-			fsync_fname_ext(XLOGDIR, true, false, FATAL);
+			if (!crash_restart)
+				end_recovery_on_new_timeline(exposed);
+			empty_ring(hdr);
 		}
 		pfree(control);
 		return;
 	}
 
-	tail = hdr->tail.v;
-	head = hdr->head.v;
-	last_end = hdr->last_end.v;
-	if (head <= redo)
+	if (stat(BACKUP_LABEL_FILE, &st) == 0)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal ring \"%s\" holds WAL, but this data directory is being restored from a base backup; nothing was restored", pmwal_path),
+				 errdetail("The ring holds %X/%X to %X/%X, and \"%s\" exists.  That WAL may belong to the server the backup was taken from.",
+						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), BACKUP_LABEL_FILE),
+				 errhint("If that server is gone and its archive lacks this WAL, save it with \"pmwal_ctl dump\" into the archive; then \"pmwal_ctl reset --discard-wal\", or give this server another pmwal.path.")));
+
+	if (head <= redo_seg_start)
 	{
+		require_checkpoint_record(control, tail, head);
 		ereport(LOG,
 				(errmsg("pmwal ring \"%s\" holds only WAL older than the last checkpoint; not restored", pmwal_path),
 				 errdetail("The ring holds %X/%X to %X/%X; the checkpoint's redo point is %X/%X.",
@@ -345,9 +555,10 @@ pmwal_restore(void)
 				 errhint("%s", restore_hint)));
 
 	INSTR_TIME_SET_CURRENT(start);
-	prev = verify_ring(control->system_identifier, tail, head, last_end, &nrecords);
+	prev = verify_ring(control->system_identifier, tail, head, last_end, &nrecords, &verified);
 	if (tail > redo && prev != InvalidXLogRecPtr)
 		check_connects(tail, prev, tli);
+	check_same_history(control, tail, verified);
 
 	/*
 	 * A checkpoint can put its redo point into a segment the flusher has
@@ -356,24 +567,45 @@ pmwal_restore(void)
 	 * segment before the tail moved into it.
 	 */
 	from = RING_RESTORE_FROM(tail, redo, wal_segment_size);
-	nsegs = write_segments(from, head, tli);
+	nsegs = write_segments(from, verified, tli);
 	PMWAL_PAUSE_POINT("restore_written");
-	if (control->state != DB_SHUTDOWNED && control->state != DB_SHUTDOWNED_IN_RECOVERY)
-	{
-		XLogSegNo	first;
-
-		XLByteToSeg(Min(from, redo), first, wal_segment_size);
-		sync_segments_from(first, tli);
-	}
-	fsync_fname_ext(XLOGDIR, true, false, FATAL);
+	if (!clean)
+		sync_segments_from(Min(from, redo) / wal_segment_size, FATAL);
+	else
+		pmwal_fsync_path(XLOGDIR, true, FATAL);
+	require_checkpoint_record(control, tail, head);
+	if (exposed != 0 && !crash_restart)
+		end_recovery_on_new_timeline(exposed);
+	PMWAL_PAUSE_POINT("restore_before_empty");
 	empty_ring(hdr);
 
 	INSTR_TIME_SET_CURRENT(elapsed);
 	INSTR_TIME_SUBTRACT(elapsed, start);
 	ereport(LOG,
 			(errmsg("pmwal restored WAL %X/%X to %X/%X from the ring into pg_wal: %llu bytes, %llu records, %d segments, %.3f ms",
-					LSN_FORMAT_ARGS(from), LSN_FORMAT_ARGS(head),
-					(unsigned long long) (head - from), (unsigned long long) nrecords,
+					LSN_FORMAT_ARGS(from), LSN_FORMAT_ARGS(verified),
+					(unsigned long long) (verified - from), (unsigned long long) nrecords,
 					nsegs, INSTR_TIME_GET_MILLISEC(elapsed))));
+	pfree(control);
+}
+
+/*
+ * on_shmem_exit of the process that attached the ring (the postmaster, or a
+ * standalone backend such as pg_rewind's "postgres --single -F"): under
+ * fsync = off, PostgreSQL's shutdown checkpoint was not synced, and
+ * pg_control may name it after a power cut.  Sync pg_wal for real.
+ */
+void
+pmwal_exit_sync(int code, Datum arg)
+{
+	ControlFileData *control;
+	bool		crc_ok;
+	XLogSegNo	first;
+
+	if (pmwal_ring == NULL || enableFsync)
+		return;
+	control = get_controlfile(DataDir, &crc_ok);
+	XLByteToSeg(control->checkPointCopy.redo, first, wal_segment_size);
+	sync_segments_from(first, WARNING);
 	pfree(control);
 }

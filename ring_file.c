@@ -9,9 +9,19 @@
  * descriptor that holds the ring's flock(), so the ring stays locked until
  * the last process of this server is gone and a second server on the same
  * ring is refused (I5).  Every refusal is decided before anything is
- * written: a ring pmwal refuses is left byte for byte as it was.  An empty
- * ring may be re-initialised (new size, new timeline); a ring that holds WAL
- * never is.
+ * written: a ring pmwal refuses is left byte for byte as it was.
+ *
+ * The ring is trusted by descriptor, not by path: it is opened with
+ * O_NOFOLLOW relative to its directory, which others may not write to
+ * (unless it is sticky, like /dev/shm), owner and mode are checked on that
+ * descriptor, and the mapping is made from it.  pmwal never adopts a file
+ * it did not initialise: a missing ring is built in an unnamed file
+ * (O_TMPFILE) and linked into place only once complete, so no kill leaves
+ * a half-made ring behind; an existing file that is not a pmwal ring is
+ * refused.  An empty ring may be re-initialised (new size, new timeline):
+ * its state word says REINIT before anything else changes, so a kill at
+ * any store leaves a ring the next start initialises again (I6).  A ring
+ * that holds WAL never is.
  *
  * IDENTIFICATION
  *		ring_file.c
@@ -23,7 +33,9 @@
 #include <fcntl.h>
 #include <libpmem.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "access/xlog.h"
@@ -121,9 +133,9 @@ ring_set_word_or_die(volatile uint64 *word, uint64 value)
 }
 
 /*
- * Write a fresh static header and leave the ring empty.  The state word says
- * REINIT while the static part is rewritten, so a crash in between is
- * recognised as an interrupted rewrite of an empty ring (ring_check_header).
+ * Write a fresh static header and leave the ring empty.  The state word
+ * says REINIT first, so a crash at any later store is recognised as an
+ * interrupted initialisation of an empty ring (ring_check_header).
  */
 void
 ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity)
@@ -132,7 +144,8 @@ ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity)
 	RingStatic	st;
 
 	ring_fill_static(&st, sysid, tli, wal_segment_size, capacity);
-	ring_set_word_or_die(&hdr->state.v, RING_STATE_REINIT);
+	if (hdr->state.v != RING_STATE_REINIT)
+		ring_set_word_or_die(&hdr->state.v, RING_STATE_REINIT);
 	PMWAL_PAUSE_POINT("header_store");
 	memcpy((void *) &hdr->st.s, &st, sizeof(st));
 	if (!ring_persist(&hdr->st.s, sizeof(st)))
@@ -142,39 +155,9 @@ ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity)
 	ring_set_word_or_die(&hdr->tail.v, 0);
 	ring_set_word_or_die(&hdr->head.v, 0);
 	ring_set_word_or_die(&hdr->last_end.v, 0);
+	ring_set_word_or_die(&hdr->exposed.v, 0);
 	ring_set_word_or_die(&hdr->state.v, RING_STATE_EMPTY);
 	pmwal_ring->capacity = capacity;
-}
-
-/* Refuse a path whose directory is missing; create the file otherwise. */
-static void
-ring_create(const char *path)
-{
-	char	   *dir = pstrdup(path);
-	struct stat st;
-	int			fd;
-
-	get_parent_directory(dir);
-	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-		ereport(FATAL,
-				(errcode(ERRCODE_UNDEFINED_FILE),
-				 errmsg("directory of pmwal ring \"%s\" does not exist", path),
-				 errdetail("pmwal creates the ring file on first start, but \"%s\" is not an existing directory.", dir),
-				 errhint("Create the directory on a DAX file system (or use /dev/shm to try pmwal), or correct pmwal.path.")));
-
-	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, S_IRUSR | S_IWUSR);
-	if (fd < 0)
-	{
-		if (errno == EEXIST)
-			return;				/* someone created it meanwhile; check it */
-		ereport(FATAL,
-				(errcode_for_file_access(),
-				 errmsg("could not create pmwal ring \"%s\": %m", path)));
-	}
-	close(fd);
-	ereport(LOG,
-			(errmsg("pmwal created ring file \"%s\"", path)));
-	pfree(dir);
 }
 
 /* Give a regular file the size "len", allocating its blocks. */
@@ -202,41 +185,129 @@ ring_file_resize(int fd, const char *path, off_t len)
 				 errmsg("could not fsync pmwal ring \"%s\": %m", path)));
 }
 
+/*
+ * Create the missing ring "name" in directory "dirfd", complete and empty,
+ * and atomically: it is built in an unnamed file and linked into place
+ * only when its header is written and synced.  A kill before the link
+ * leaves nothing; someone else's file linked meanwhile is left alone and
+ * checked like any existing file.
+ */
 static void
-ring_map(const char *path, struct stat *opened)
+ring_create(int dirfd, const char *name, const char *path,
+			ControlFileData *control, uint64 capacity)
 {
-	size_t		len;
-	int			is_pmem;
-	void	   *addr;
-	struct stat now;
-	const char *force = getenv("PMEM_IS_PMEM_FORCE");
+	PGAlignedBlock page;
+	RingHeader *hdr = (RingHeader *) page.data;
+	char		procpath[64];
+	int			fd;
 
-	addr = pmem_map_file(path, 0, 0, 0, &len, &is_pmem);
-	if (addr == NULL)
+	fd = openat(dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, S_IRUSR | S_IWUSR);
+	if (fd < 0)
 		ereport(FATAL,
 				(errcode_for_file_access(),
-				 errmsg("could not map pmwal ring \"%s\": %s", path, pmem_errormsg())));
-	if (stat(path, &now) != 0 || now.st_dev != opened->st_dev ||
-		now.st_ino != opened->st_ino || now.st_rdev != opened->st_rdev)
+				 errmsg("could not create pmwal ring \"%s\": %m", path),
+				 errdetail("pmwal builds a new ring in an unnamed file (O_TMPFILE) in the ring's directory."),
+				 errhint("Put the ring on a file system that supports O_TMPFILE (ext4, xfs, tmpfs).")));
+	ring_file_resize(fd, path, RING_HEADER_SIZE + capacity);
+
+	StaticAssertStmt(sizeof(page) >= RING_HEADER_SIZE, "header page too small");
+	memset(page.data, 0, RING_HEADER_SIZE);
+	ring_fill_static(&hdr->st.s, control->system_identifier,
+					 control->checkPointCopy.ThisTimeLineID,
+					 control->xlog_seg_size, capacity);
+	hdr->state.v = RING_STATE_EMPTY;
+	if (pg_pwrite(fd, page.data, RING_HEADER_SIZE, 0) != RING_HEADER_SIZE ||
+		fsync(fd) != 0)
 		ereport(FATAL,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("pmwal ring \"%s\" was replaced while the server opened it", path)));
+				(errcode_for_file_access(),
+				 errmsg("could not write pmwal ring \"%s\": %m", path)));
+	PMWAL_PAUSE_POINT("create_before_link");
+
+	snprintf(procpath, sizeof(procpath), "/proc/self/fd/%d", fd);
+	if (linkat(AT_FDCWD, procpath, dirfd, name, AT_SYMLINK_FOLLOW) != 0)
+	{
+		if (errno != EEXIST)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not create pmwal ring \"%s\": %m", path)));
+		close(fd);
+		return;					/* someone created it meanwhile; check it */
+	}
+	if (fsync(dirfd) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not fsync the directory of pmwal ring \"%s\": %m", path)));
+	close(fd);
+	ereport(LOG,
+			(errmsg("pmwal created ring file \"%s\"", path)));
+}
+
+/* Size of a devdax device, from sysfs (lseek and st_size give 0 for one). */
+static uint64
+devdax_size(const char *path, const struct stat *st)
+{
+	char		sysfs[64];
+	unsigned long long size = 0;
+	FILE	   *f;
+
+	snprintf(sysfs, sizeof(sysfs), "/sys/dev/char/%u:%u/size",
+			 major(st->st_rdev), minor(st->st_rdev));
+	f = fopen(sysfs, "r");
+	if (f == NULL || fscanf(f, "%llu", &size) != 1)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not determine the size of devdax device \"%s\" from \"%s\"", path, sysfs)));
+	fclose(f);
+	return size;
+}
+
+/*
+ * Map the ring through its locked descriptor.  A file on a DAX file system
+ * maps with MAP_SYNC (stores reach persistent memory without msync), a
+ * devdax device always does; anything else is persisted with msync(), or,
+ * with PMEM_IS_PMEM_FORCE=1 (libpmem's switch for trying it out), treated
+ * as persistent memory: emulated.
+ */
+static void
+ring_map(int fd, const char *path, const struct stat *st)
+{
+	size_t		len;
+	void	   *addr;
+	const char *force = getenv("PMEM_IS_PMEM_FORCE");
+	bool		dax;
+
+	len = S_ISCHR(st->st_mode) ? devdax_size(path, st) : (size_t) st->st_size;
+	if (len < RING_HEADER_SIZE)
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pmwal ring \"%s\" has an impossible size", path),
+				 errdetail("The file is %zu bytes, smaller than the %d-byte ring header.",
+						   len, RING_HEADER_SIZE),
+				 errhint("%s", ring_hint)));
+	addr = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+	dax = addr != MAP_FAILED;
+	if (!dax)
+		addr = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (addr == MAP_FAILED)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not map pmwal ring \"%s\": %m", path)));
 
 	pmwal_ring->hdr = (RingHeader *) addr;
 	pmwal_ring->data = (char *) addr + RING_HEADER_SIZE;
 	pmwal_ring->mapped_len = len;
-	if (!is_pmem)
-		pmwal_ring->mode = PMWAL_MODE_MSYNC;
+	if (dax || S_ISCHR(st->st_mode))
+		pmwal_ring->mode = PMWAL_MODE_PMEM;
 	else if (force != NULL && strcmp(force, "1") == 0)
 		pmwal_ring->mode = PMWAL_MODE_EMULATED;
 	else
-		pmwal_ring->mode = PMWAL_MODE_PMEM;
+		pmwal_ring->mode = PMWAL_MODE_MSYNC;
 }
 
 static void
 ring_unmap(void)
 {
-	pmem_unmap(pmwal_ring->hdr, pmwal_ring->mapped_len);
+	munmap(pmwal_ring->hdr, pmwal_ring->mapped_len);
 	pmwal_ring->hdr = NULL;
 	pmwal_ring->data = NULL;
 }
@@ -271,6 +342,87 @@ ring_check_ownership(const char *path, const struct stat *st)
 }
 
 /*
+ * Open the ring's directory; others must not be able to replace the ring
+ * in it, unless the directory is sticky (the ring itself must then be the
+ * server's, which ring_check_ownership checks).
+ */
+static int
+ring_open_directory(const char *path, char **name)
+{
+	char	   *dir = pstrdup(path);
+	struct stat st;
+	int			dirfd;
+
+	get_parent_directory(dir);
+	*name = pstrdup(last_dir_separator(path) + 1);
+	dirfd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0 || fstat(dirfd, &st) != 0)
+		ereport(FATAL,
+				(errcode(ERRCODE_UNDEFINED_FILE),
+				 errmsg("directory of pmwal ring \"%s\" does not exist", path),
+				 errdetail("pmwal creates the ring file on first start, but \"%s\" is not an existing directory.", dir),
+				 errhint("Create the directory on a DAX file system (or use /dev/shm to try pmwal), or correct pmwal.path.")));
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+		ereport(FATAL,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("directory of pmwal ring \"%s\" is writable by other users", path),
+				 errdetail("\"%s\" has permissions %04o and is not sticky: another user could replace the ring with a file of theirs.",
+						   dir, (unsigned) (st.st_mode & 07777)),
+				 errhint("Put the ring in a directory only the server's user can write to (chmod go-w), or in a sticky one such as /dev/shm.")));
+	pfree(dir);
+	return dirfd;
+}
+
+/*
+ * Open the ring itself, never through a symbolic link, and check what it
+ * is before opening it for writing: a file of another user gets its own
+ * message rather than "permission denied".  Returns -1 if it is missing.
+ */
+static int
+ring_open(int dirfd, const char *name, const char *path, struct stat *st)
+{
+	char		procpath[64];
+	struct stat now;
+	int			pfd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	int			fd;
+
+	if (pfd < 0)
+	{
+		if (errno == ENOENT)
+			return -1;
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not open pmwal ring \"%s\": %m", path)));
+	}
+	if (fstat(pfd, st) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not stat pmwal ring \"%s\": %m", path)));
+	if (S_ISLNK(st->st_mode))
+		ereport(FATAL,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("pmwal.path \"%s\" is a symbolic link", path),
+				 errdetail("pmwal does not follow a symbolic link to its ring: whoever can change the link could make the server overwrite another file."),
+				 errhint("Set pmwal.path to the ring file itself.")));
+	ring_check_ownership(path, st);
+
+	/* reopen exactly that file for writing */
+	snprintf(procpath, sizeof(procpath), "/proc/self/fd/%d", pfd);
+	fd = open(procpath, O_RDWR | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &now) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not open pmwal ring \"%s\": %m", path)));
+	close(pfd);
+	if (now.st_dev != st->st_dev || now.st_ino != st->st_ino)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("pmwal ring \"%s\" was replaced while the server opened it", path)));
+	*st = now;
+	return fd;
+}
+
+/*
  * Turn a verdict of ring_check_header() that makes the ring unusable into a
  * refusal to start.
  */
@@ -282,11 +434,13 @@ ring_refuse(RingCheck verdict, const char *path, const char *detail)
 	switch (verdict)
 	{
 		case RING_FOREIGN:
+		case RING_UNINITIALISED:
 			ereport(FATAL,
 					(errcode(ERRCODE_DATA_CORRUPTED),
 					 errmsg("file \"%s\" is not a pmwal ring", path),
-					 errdetail_internal("%s", detail),
-					 errhint("pmwal does not overwrite a file it did not create; correct pmwal.path or remove the file.")));
+					 detail[0] ? errdetail_internal("%s", detail)
+					 : errdetail("Its header is all zeros."),
+					 errhint("pmwal only uses a ring it created itself and does not overwrite another file; correct pmwal.path, remove the file, or initialise a device with \"pmwal_ctl init\".")));
 			break;
 		case RING_OTHER_CLUSTER:
 			ereport(FATAL,
@@ -325,6 +479,44 @@ ring_refuse(RingCheck verdict, const char *path, const char *detail)
 }
 
 /*
+ * (Re-)initialise the empty ring with "capacity" bytes: the state word says
+ * REINIT before the file changes size, so a kill anywhere in between leaves
+ * a ring the next start initialises again.
+ */
+static void
+ring_reinitialise(int fd, const char *path, const struct stat *st,
+				  ControlFileData *control, uint64 capacity)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	if (hdr->state.v != RING_STATE_REINIT)
+		ring_set_word_or_die(&hdr->state.v, RING_STATE_REINIT);
+	if (S_ISREG(st->st_mode) &&
+		pmwal_ring->mapped_len != RING_HEADER_SIZE + capacity)
+	{
+		struct stat now;
+
+		PMWAL_PAUSE_POINT("header_resize");
+		ring_unmap();
+		ring_file_resize(fd, path, RING_HEADER_SIZE + capacity);
+		if (fstat(fd, &now) != 0)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not stat pmwal ring \"%s\": %m", path)));
+		ring_map(fd, path, &now);
+	}
+	if (pmwal_ring->mapped_len < RING_HEADER_SIZE + capacity)
+		ereport(FATAL,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pmwal.size is larger than the device \"%s\"", path),
+				 errdetail("The device holds %llu bytes; the ring needs %llu.",
+						   (unsigned long long) pmwal_ring->mapped_len,
+						   (unsigned long long) (RING_HEADER_SIZE + capacity))));
+	ring_write_static(control->system_identifier,
+					  control->checkPointCopy.ThisTimeLineID, capacity);
+}
+
+/*
  * Attach the ring named by pmwal.path, creating or re-initialising it where
  * that loses nothing.  Called once per server life, in the postmaster.
  */
@@ -339,6 +531,8 @@ pmwal_ring_attach(void)
 	char		detail[256];
 	ControlFileData *control;
 	bool		crc_ok;
+	char	   *name;
+	int			dirfd;
 	int			fd;
 
 	Assert(pmwal_ring == NULL);
@@ -355,25 +549,19 @@ pmwal_ring_attach(void)
 				 errmsg("calculated CRC checksum does not match value stored in file \"%s\"",
 						XLOG_CONTROL_FILE)));
 
-	if (stat(path, &st) != 0)
-	{
-		if (errno != ENOENT)
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not stat pmwal ring \"%s\": %m", path)));
-		ring_create(path);
-		if (stat(path, &st) != 0)
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not stat pmwal ring \"%s\": %m", path)));
-	}
-	ring_check_ownership(path, &st);
-
-	fd = open(path, O_RDWR | O_CLOEXEC);
+	dirfd = ring_open_directory(path, &name);
+	fd = ring_open(dirfd, name, path, &st);
 	if (fd < 0)
-		ereport(FATAL,
-				(errcode_for_file_access(),
-				 errmsg("could not open pmwal ring \"%s\": %m", path)));
+	{
+		ring_create(dirfd, name, path, control, capacity);
+		fd = ring_open(dirfd, name, path, &st);
+		if (fd < 0)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not open pmwal ring \"%s\": %m", path)));
+	}
+	close(dirfd);
+
 	if (flock(fd, LOCK_EX | LOCK_NB) != 0)
 	{
 		if (errno == EWOULDBLOCK)
@@ -386,27 +574,11 @@ pmwal_ring_attach(void)
 				(errcode_for_file_access(),
 				 errmsg("could not lock pmwal ring \"%s\": %m", path)));
 	}
-	if (fstat(fd, &st) != 0)
-		ereport(FATAL,
-				(errcode_for_file_access(),
-				 errmsg("could not stat pmwal ring \"%s\": %m", path)));
-	ring_check_ownership(path, &st);
 
 	pmwal_ring = &ring_storage;
 	pmwal_ring->fd = fd;
 	pmwal_ring->capacity = capacity;
-
-	/* A file created just now (or by hand, empty) has no header yet. */
-	if (S_ISREG(st.st_mode) && st.st_size == 0)
-		ring_file_resize(fd, path, RING_HEADER_SIZE + capacity);
-	else if (S_ISREG(st.st_mode) && st.st_size < RING_HEADER_SIZE)
-		ereport(FATAL,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("pmwal ring \"%s\" has an impossible size", path),
-				 errdetail("The file is %lld bytes, smaller than the %d-byte ring header.",
-						   (long long) st.st_size, RING_HEADER_SIZE),
-				 errhint("%s", ring_hint)));
-	ring_map(path, &st);
+	ring_map(fd, path, &st);
 
 	if (pmwal_ring->mode == PMWAL_MODE_MSYNC && pmwal_require_pmem)
 		ereport(FATAL,
@@ -420,11 +592,16 @@ pmwal_ring_attach(void)
 	expect.wal_block_size = XLOG_BLCKSZ;
 	verdict = ring_check_header(pmwal_ring->hdr, pmwal_ring->mapped_len,
 								&expect, detail, sizeof(detail));
-	if (verdict != RING_OK && verdict != RING_UNINITIALISED &&
-		verdict != RING_INTERRUPTED_REINIT)
+	if (verdict == RING_INTERRUPTED_REINIT)
+	{
+		ereport(LOG,
+				(errmsg("pmwal initialising ring \"%s\" with %d MB", path, pmwal_size_mb),
+				 errdetail_internal("%s", detail)));
+		ring_reinitialise(fd, path, &st, control, capacity);
+	}
+	else if (verdict != RING_OK)
 		ring_refuse(verdict, path, detail);
-
-	if (verdict == RING_OK && pmwal_ring->hdr->st.s.capacity != capacity)
+	else if (pmwal_ring->hdr->st.s.capacity != capacity)
 	{
 		uint64		old = pmwal_ring->hdr->st.s.capacity;
 
@@ -439,34 +616,10 @@ pmwal_ring_attach(void)
 		ereport(LOG,
 				(errmsg("pmwal re-initialising empty ring \"%s\" from %llu MB to %d MB",
 						path, (unsigned long long) (old / (1024 * 1024)), pmwal_size_mb)));
-		verdict = RING_UNINITIALISED;
+		ring_reinitialise(fd, path, &st, control, capacity);
 	}
-	else if (verdict == RING_UNINITIALISED || verdict == RING_INTERRUPTED_REINIT)
-		ereport(LOG,
-				(errmsg("pmwal initialising ring \"%s\" with %d MB", path, pmwal_size_mb),
-				 detail[0] ? errdetail_internal("%s", detail) : 0));
 	else
 		pmwal_ring->capacity = pmwal_ring->hdr->st.s.capacity;
-
-	if (verdict != RING_OK)
-	{
-		if (S_ISREG(st.st_mode) &&
-			pmwal_ring->mapped_len != RING_HEADER_SIZE + capacity)
-		{
-			ring_unmap();
-			ring_file_resize(fd, path, RING_HEADER_SIZE + capacity);
-			ring_map(path, &st);
-		}
-		if (pmwal_ring->mapped_len < RING_HEADER_SIZE + capacity)
-			ereport(FATAL,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("pmwal.size is larger than the device \"%s\"", path),
-					 errdetail("The device holds %llu bytes; the ring needs %llu.",
-							   (unsigned long long) pmwal_ring->mapped_len,
-							   (unsigned long long) (RING_HEADER_SIZE + capacity))));
-		ring_write_static(control->system_identifier,
-						  control->checkPointCopy.ThisTimeLineID, capacity);
-	}
 
 	if (pmwal_ring->mode == PMWAL_MODE_EMULATED)
 		ereport(WARNING,
@@ -477,12 +630,13 @@ pmwal_ring_attach(void)
 				(errmsg("pmwal ring \"%s\" is not on persistent memory; it is persisted with msync(), durable but slower", path)));
 	if (!enableFsync)
 		ereport(WARNING,
-				(errmsg("fsync is off, so pmwal cannot make commits durable"),
-				 errdetail("pmwal writes the WAL to disk with fsync in the background; with fsync off, a power loss can lose acknowledged commits.")));
+				(errmsg("fsync is off, so PostgreSQL's own flushes and checkpoints are not durable"),
+				 errdetail("pmwal makes commits durable through the ring and syncs pg_wal itself, but a power loss can leave data files and pg_control ahead of the WAL.")));
 	ereport(LOG,
 			(errmsg("pmwal attached ring \"%s\": %llu MB, mode %s, %s",
 					path, (unsigned long long) (pmwal_ring->capacity / (1024 * 1024)),
 					pmwal_mode_name(pmwal_ring->mode),
 					ring_state_name(pmwal_ring->hdr->state.v))));
+	pfree(name);
 	pfree(control);
 }

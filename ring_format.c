@@ -78,6 +78,22 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 	}
 	if (all_zero((const char *) hdr, RING_HEADER_SIZE))
 		return RING_UNINITIALISED;
+
+	/*
+	 * REINIT is only ever stored on a ring that holds nothing, before any
+	 * other part of the header changes: an initialisation (or a resize)
+	 * was interrupted, whatever the rest says.  pmwal 1.0 stored it into an
+	 * all-zero header first; that is one too.
+	 */
+	if (hdr->state.v == RING_STATE_REINIT &&
+		(memcmp(st->magic, RING_MAGIC, RING_MAGIC_LEN) == 0 ||
+		 (all_zero((const char *) hdr, offsetof(RingHeader, state)) &&
+		  all_zero((const char *) hdr + offsetof(RingHeader, exposed),
+				   RING_HEADER_SIZE - offsetof(RingHeader, exposed)))))
+	{
+		snprintf(detail, detail_len, "An initialisation of the empty ring was interrupted.");
+		return RING_INTERRUPTED_REINIT;
+	}
 	if (memcmp(st->magic, RING_MAGIC, RING_MAGIC_LEN) != 0)
 	{
 		snprintf(detail, detail_len, "The file does not start with the pmwal ring magic \"%s\".",
@@ -87,11 +103,6 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 	crc = ring_static_crc(st);
 	if (!EQ_CRC32C(crc, st->crc))
 	{
-		if (hdr->state.v == RING_STATE_REINIT)
-		{
-			snprintf(detail, detail_len, "A rewrite of the header of the empty ring was interrupted.");
-			return RING_INTERRUPTED_REINIT;
-		}
 		snprintf(detail, detail_len, "The header checksum is %08X, but its contents give %08X.",
 				 st->crc, crc);
 		return RING_BAD_CRC;

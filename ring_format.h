@@ -9,7 +9,7 @@
  * data offset x % capacity, so restoring the ring needs no index.
  *
  * The header has a static part, written only while the ring holds nothing
- * and protected by a CRC, and four dynamic words, each on its own cache line
+ * and protected by a CRC, and five dynamic words, each on its own cache line
  * and only ever updated with an aligned 8-byte store that is persisted
  * before anything depending on it (I6 in DESIGN.md):
  *
@@ -17,7 +17,13 @@
  *	last_end	end of the newest record known complete in the ring, so that
  *				a restore can prove it verified everything acknowledged
  *	head		the ring holds WAL [tail, head)
- *	state		RING_STATE_*; REINIT marks a static header being rewritten
+ *	state		RING_STATE_*; REINIT marks a header being (re)written: only
+ *				ever stored on a ring that holds nothing, so a ring found in
+ *				that state may always be initialised again
+ *	exposed		non-zero while WAL written without fsync may be ahead of
+ *				head (the ring's head when it was set): a standby or the
+ *				archive may hold WAL that a power cut takes from pg_wal
+ *				(added in pmwal 1.1; rings of 1.0 hold zero there)
  *
  * The ring holds WAL iff state is IN_USE and tail < head; its data area
  * then holds [start of the tail's page, head), so that the first page's
@@ -89,6 +95,11 @@ typedef struct RingHeader
 		volatile uint64 v;
 		char		line[RING_CACHE_LINE];
 	}			state;
+	union
+	{
+		volatile uint64 v;
+		char		line[RING_CACHE_LINE];
+	}			exposed;
 } RingHeader;
 
 StaticAssertDecl(sizeof(RingStatic) <= RING_CACHE_LINE, "ring static header exceeds a cache line");
@@ -102,13 +113,13 @@ typedef struct RingExpect
 	uint32		wal_block_size;
 } RingExpect;
 
-/* Verdict of ring_check_header(); RING_OK and RING_UNINITIALISED are usable. */
+/* Verdict of ring_check_header(); RING_OK and RING_INTERRUPTED_REINIT are usable. */
 typedef enum RingCheck
 {
 	RING_OK,
-	RING_UNINITIALISED,			/* header page all zero: never initialised */
-	RING_INTERRUPTED_REINIT,	/* CRC wrong, but a rewrite of an empty ring was
-								 * interrupted: safe to initialise again */
+	RING_UNINITIALISED,			/* header page all zero: not a ring pmwal made */
+	RING_INTERRUPTED_REINIT,	/* state REINIT: an initialisation of an empty
+								 * ring was interrupted; initialise again */
 	RING_FOREIGN,				/* not a pmwal ring */
 	RING_BAD_VERSION,
 	RING_BAD_CRC,

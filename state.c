@@ -52,6 +52,9 @@ static const char *const fallback_names[NUM_FALLBACKS] = {
 	[FALLBACK_READ] = "read_error",
 	[FALLBACK_RECYCLED] = "recycled",
 	[FALLBACK_PERSIST] = "persist_error",
+	[FALLBACK_SEGMENT] = "segment",
+	[FALLBACK_PAUSED] = "paused",
+	[FALLBACK_OVERRUN] = "overrun",
 };
 
 Size
@@ -89,7 +92,12 @@ pmwal_shmem_init(void)
 		pg_atomic_init_u64(&pmwal_shared->ack_lsn, 0);
 		pg_atomic_init_u64(&pmwal_shared->cover_lsn, 0);
 		pg_atomic_init_u64(&pmwal_shared->pending_end, 0);
-		pg_atomic_init_u32(&pmwal_shared->lies_running, 0);
+		pg_atomic_init_u32(&pmwal_shared->paused, 0);
+		pg_atomic_init_u32(&pmwal_shared->exposure_marked, 0);
+		pg_atomic_init_u32(&pmwal_shared->exposure_clearing, 0);
+		pg_atomic_init_u32(&pmwal_shared->flusher_idle, 0);
+		pg_atomic_init_u64(&pmwal_shared->prepared_segno, 0);
+		pg_atomic_init_u32(&pmwal_shared->writes_open, 0);
 		pg_atomic_init_u64(&pmwal_shared->nosync_upto, 0);
 		ConditionVariableInit(&pmwal_shared->space_cv);
 		pg_atomic_init_u32(&pmwal_shared->space_waiters, 0);

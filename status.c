@@ -29,6 +29,21 @@ PG_FUNCTION_INFO_V1(pmwal_status);
 #define STATUS_FIXED_COLS	11
 #define STATUS_COLS			(STATUS_FIXED_COLS + NUM_COUNTERS)
 
+/*
+ * The counters in column order: those of version 1.0 of the view first, so
+ * that a server with the 1.0 SQL still installed sees the columns it knows.
+ */
+static const PmwalCounter counter_columns[NUM_COUNTERS] = {
+	CTR_RING_COMMITS, CTR_COPIES, CTR_BYTES_COPIED, CTR_GAP_COPIES,
+	CTR_SPACE_WAITS, CTR_SYNCS, CTR_SEGMENTS_SYNCED, CTR_DIR_SYNCS,
+	CTR_FALLBACK_FIRST + FALLBACK_INACTIVE, CTR_FALLBACK_FIRST + FALLBACK_FULL,
+	CTR_FALLBACK_FIRST + FALLBACK_LARGE, CTR_FALLBACK_FIRST + FALLBACK_READ,
+	CTR_FALLBACK_FIRST + FALLBACK_RECYCLED, CTR_FALLBACK_FIRST + FALLBACK_PERSIST,
+	/* 1.1 */
+	CTR_SEGMENTS_PREPARED, CTR_FALLBACK_FIRST + FALLBACK_SEGMENT,
+	CTR_FALLBACK_FIRST + FALLBACK_PAUSED, CTR_FALLBACK_FIRST + FALLBACK_OVERRUN,
+};
+
 /* Why commits are not accelerated right now, or NULL if they are. */
 static const char *
 not_accelerated_reason(void)
@@ -100,7 +115,7 @@ pmwal_status(PG_FUNCTION_ARGS)
 	else
 		nulls[i++] = true;
 	Assert(i == STATUS_FIXED_COLS);
-	for (int c = 0; c < NUM_COUNTERS; c++)
-		values[i++] = Int64GetDatum((int64) pmwal_counter_total((PmwalCounter) c));
+	for (int c = 0; c < NUM_COUNTERS && i < tupdesc->natts; c++)
+		values[i++] = Int64GetDatum((int64) pmwal_counter_total(counter_columns[c]));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

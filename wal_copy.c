@@ -1,22 +1,58 @@
 /*-------------------------------------------------------------------------
  *
  * wal_copy.c
- *		Copying WAL from pg_wal into the ring and moving the ring's head.
+ *		The write window: deciding whether a commit may write its WAL without
+ *		fsync, copying WAL from pg_wal into the ring and moving the ring's
+ *		positions.
  *
- * A committer has written its WAL into the segment files (XLogFlush without
- * fsync; see commit.c).  Here the ring is made to hold every byte up to
- * PostgreSQL's flush pointer, so one copier carries every commit that is
- * already written: group commit for free.  The bytes are read back from the
- * segment files, through a mapping of the page cache.  A segment that a
- * completed checkpoint has recycled is never read: XLogGetLastRemovedSegno()
- * is checked before and after the copy, and every page header in the copied range must carry the address it
- * was copied for.  Anything that goes wrong returns a fallback reason; the
- * caller then makes the commit durable by syncing pg_wal (wal_sync.c).
- * Nothing here may raise an ERROR: it runs after the commit is recorded.
+ * A committer writes its WAL into the segment files without fsync (an
+ * XLogFlush with fsync disabled; see commit.c).  From that moment on,
+ * PostgreSQL trusts that WAL: the bgwriter writes data pages ahead of it,
+ * checkpoints complete, walsenders and the archiver ship it.  Until the
+ * ring holds it, only the page cache does.  That stretch -- the *write
+ * window* -- is kept to one copy by deciding everything before the write:
+ *
+ *	write_window_open()	checks that the ring will have room for all WAL
+ *						inserted so far plus a margin, that the copy will not
+ *						be too large, and that the WAL stays in segments the
+ *						flusher has prepared (created, synced, directory
+ *						entry synced); it may wait for room here, before
+ *						anything is written.  Then it announces the window
+ *						(writes_open) and marks the ring "exposed".
+ *	ring_append()		after the write: copies everything up to the flush
+ *						pointer into the ring.  It never waits for room; if
+ *						WAL inserted by others meanwhile does not fit, the
+ *						commit syncs pg_wal at once (FALLBACK_OVERRUN).
+ *	write_window_close()
+ *
+ * What bounds the window: the copy itself (microseconds); if the committer
+ * is descheduled after its write, the next committer's copy or the
+ * flusher's, which polls every 10 ms while windows open; if it dies, the
+ * postmaster restarts every process and the restore syncs pg_wal from the
+ * page cache before redo.  Only a power cut inside the window can lose the
+ * window's WAL, and nothing acknowledged depends on it.
+ *
+ * The "exposed" word of the ring says that a window may be open: WAL
+ * beyond the ring's head may have reached a standby or the archive.  It is
+ * set before the first window after a quiet moment and cleared by the
+ * flusher when no window is open and the ring covers the flush pointer; a
+ * restore that finds it set ends recovery on a new timeline (restore.c).
+ * The committer increments writes_open and then looks at exposure_clearing;
+ * the flusher sets exposure_clearing and then looks at writes_open: one of
+ * them always sees the other.
+ *
+ * The copy reads the segment files through a mapping of the page cache.  A
+ * segment that a completed checkpoint has recycled is never read:
+ * XLogGetLastRemovedSegno() is checked before and after the copy, and every
+ * page header in the copied range must carry the address it was copied for.
+ * Anything that goes wrong returns a fallback reason.  Nothing here may
+ * raise an ERROR: it runs after the commit is recorded.
  *
  * Locking: everything that reads or changes the ring's tail, head or
  * last_end holds ring_lock; copiers take it with LWLockAcquireOrWait, so
  * that commits arriving while a copy runs simply find themselves carried.
+ * The positions only move forward: ring_advance_word() refuses anything
+ * else.
  *
  * IDENTIFICATION
  *		wal_copy.c
@@ -34,6 +70,7 @@
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "replication/walsender.h"
 #include "utils/timestamp.h"
 
 #include "pmwal.h"
@@ -187,11 +224,30 @@ ring_publish_acks(void)
 }
 
 /*
- * Make the ring an empty range at "at", a record boundary before which all
- * WAL is durable in pg_wal.  The ring always holds [page of tail, head), so
- * that a restore can read the page header of the tail's page: that prefix
- * is copied first.  The tail moves before the head: a crash between the
- * stores leaves tail >= head, an empty ring.
+ * Move tail, head or last_end forward to "to".  Moving one backwards would
+ * uncover WAL that ack_lsn and cover_lsn still claim (they only grow), so it
+ * is a bug, and stops the server rather than risk an acknowledged commit.
+ */
+static bool
+ring_advance_word(volatile uint64 *word, XLogRecPtr to)
+{
+	if (to < *word)
+		elog(PANIC, "pmwal ring position would move back from %X/%X to %X/%X",
+			 LSN_FORMAT_ARGS(*word), LSN_FORMAT_ARGS(to));
+	if (to == *word)
+		return true;
+	return ring_set_word(word, to);
+}
+
+/*
+ * Let the ring start at "at", a record boundary before which all WAL is
+ * durable in pg_wal.  If the ring already reaches "at", only its tail moves
+ * up (last_end first, so that last_end >= tail always holds).  Otherwise
+ * the ring starts over, empty, at "at": the tail moves first, so a crash
+ * between the stores leaves tail >= head, an empty ring; then the start of
+ * the tail's page is copied (a restore reads that page's header), then head
+ * and last_end.  Nothing ever moves back: a commit may have copied past
+ * "at" while the caller synced up to it.
  */
 int
 ring_reanchor_locked(XLogRecPtr at)
@@ -200,8 +256,20 @@ ring_reanchor_locked(XLogRecPtr at)
 	XLogRecPtr	page = at - at % XLOG_BLCKSZ;
 
 	Assert(at <= pg_atomic_read_u64(&pmwal_shared->durable_lsn));
-	if (!ring_set_word(&hdr->tail.v, at))
+	if (hdr->state.v == RING_STATE_IN_USE && hdr->head.v >= at)
+	{
+		if (at > hdr->tail.v &&
+			(!ring_advance_word(&hdr->last_end.v, Max(hdr->last_end.v, at)) ||
+			 !ring_advance_word(&hdr->tail.v, at)))
+			return FALLBACK_PERSIST;
+		ring_publish_acks();
+		return RING_APPEND_OK;
+	}
+
+	if (hdr->state.v == RING_STATE_IN_USE ? !ring_advance_word(&hdr->tail.v, at)
+		: !ring_set_word(&hdr->tail.v, at))
 		return FALLBACK_PERSIST;
+	PMWAL_PAUSE_POINT("reanchor_after_tail");
 	if (page < at)
 	{
 		int			rc = ring_fill(page, at);
@@ -222,10 +290,14 @@ ring_reanchor_locked(XLogRecPtr at)
 /*
  * With ring_lock held: make the ring hold everything up to the flush
  * pointer, and, for a commit, let last_end reach "end".  "end" must be
- * flushed already.  Returns RING_APPEND_OK, RING_NEED_SPACE or a fallback.
+ * flushed already.  "kind" says who copies: a committer inside its write
+ * window (the ring was sized for it before the write, and it may copy even
+ * while new windows are refused), the flusher, or anyone else making sure
+ * WAL PostgreSQL flushed is covered (only while the ring accepts commits).
+ * Returns RING_APPEND_OK, RING_NEED_SPACE or a fallback.
  */
 int
-ring_copy_locked(XLogRecPtr end, bool is_commit)
+ring_copy_locked(XLogRecPtr end, bool is_commit, CopyKind kind)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
 	XLogRecPtr	durable = pg_atomic_read_u64(&pmwal_shared->durable_lsn);
@@ -234,7 +306,8 @@ ring_copy_locked(XLogRecPtr end, bool is_commit)
 	XLogRecPtr	flush;
 	XLogRecPtr	last_end;
 
-	if (!pg_atomic_read_u32(&pmwal_shared->accepting))
+	if (hdr->state.v != RING_STATE_IN_USE ||
+		(kind == COPY_COVER && !pg_atomic_read_u32(&pmwal_shared->accepting)))
 		return FALLBACK_INACTIVE;
 
 	/* After a sync got ahead of the ring, the ring starts over there. */
@@ -257,35 +330,40 @@ ring_copy_locked(XLogRecPtr end, bool is_commit)
 	{
 		int			rc;
 
-		if (flush - head > copy_limit())
-			return FALLBACK_LARGE;
 		if (flush - RING_TAIL_PAGE(hdr->tail.v) > pmwal_ring->capacity)
 			return RING_NEED_SPACE;
+		if (kind != COPY_WINDOW && flush - head > copy_limit())
+			return FALLBACK_LARGE;
 		rc = ring_fill(head, flush);
 		if (rc != RING_APPEND_OK)
 			return rc;
 		if (!ring_pages_valid(head, flush))
 			return FALLBACK_RECYCLED;
-		if (!ring_set_word(&hdr->head.v, flush))
+		PMWAL_PAUSE_POINT("copy_before_head");
+		if (!ring_advance_word(&hdr->head.v, flush))
 			return FALLBACK_PERSIST;
 		pmwal_count(CTR_COPIES, 1);
 		pmwal_count(CTR_BYTES_COPIED, flush - head);
-		if (!is_commit)
+		if (kind == COPY_FLUSHER)
 			pmwal_count(CTR_GAP_COPIES, 1);
 	}
 
 	last_end = Max(hdr->last_end.v, Min(pending, flush));
 	if (is_commit)
 		last_end = Max(last_end, end);
-	if (last_end > hdr->last_end.v && !ring_set_word(&hdr->last_end.v, last_end))
-		return FALLBACK_PERSIST;
+	if (last_end > hdr->last_end.v)
+	{
+		PMWAL_PAUSE_POINT("copy_before_last_end");
+		if (!ring_advance_word(&hdr->last_end.v, last_end))
+			return FALLBACK_PERSIST;
+	}
 	ring_publish_acks();
 	return RING_APPEND_OK;
 }
 
 /*
  * Wait, at most SPACE_WAIT_MS in all, for the flusher to free room.
- * Returns false once the time is up.
+ * Returns false once the time is up.  Only ever called before a write.
  */
 static bool
 wait_for_space(TimestampTz *deadline)
@@ -315,16 +393,174 @@ wait_for_space(TimestampTz *deadline)
 }
 
 /*
- * Make sure the ring holds the WAL up to "end" (already flushed).  For a
- * commit, "end" is the end of its commit record and it is acknowledged
- * through last_end; otherwise it only has to be covered.  Returns
- * RING_APPEND_OK, or why the caller must fall back to syncing pg_wal.
+ * WAL that others insert between a committer's look at the insert position
+ * and its write also gets written, and must fit too.
+ */
+static uint64
+window_margin(void)
+{
+	return Max(UINT64CONST(65536), pmwal_ring->capacity / 16);
+}
+
+/*
+ * Will the ring be able to take all WAL inserted so far, up to "insert",
+ * plus the margin?  Reads the tail without the lock: it only moves forward,
+ * so an old value only makes the answer more careful.  A ring whose head a
+ * sync has overtaken starts over at durable_lsn with the next copy.
+ */
+static int
+ring_room_for(XLogRecPtr insert)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	XLogRecPtr	limit = insert + window_margin();
+	XLogRecPtr	durable = pg_atomic_read_u64(&pmwal_shared->durable_lsn);
+	XLogRecPtr	cover = pg_atomic_read_u64(&pmwal_shared->cover_lsn);
+	XLogRecPtr	tail = hdr->head.v < durable ? durable : hdr->tail.v;
+	XLogSegNo	limit_seg;
+
+	if (insert > cover && insert - cover > copy_limit())
+		return FALLBACK_LARGE;
+	XLByteToSeg(limit, limit_seg, wal_segment_size);
+	if (limit_seg > pg_atomic_read_u64(&pmwal_shared->prepared_segno))
+		return FALLBACK_SEGMENT;
+	if (limit - RING_TAIL_PAGE(tail) > pmwal_ring->capacity)
+		return RING_NEED_SPACE;
+	return RING_APPEND_OK;
+}
+
+/*
+ * Can WAL leave this server before it is durable?  Only through walsenders
+ * (standbys, pg_receivewal, pg_basebackup) or the archiver; both settings
+ * need a restart to change.
+ */
+static bool
+wal_may_be_shipped(void)
+{
+	return max_wal_senders > 0 || XLogArchivingActive();
+}
+
+/*
+ * Persist that a write window may be open (see the file header).  False if
+ * the flusher is stuck clearing the mark or the store cannot be persisted:
+ * the caller then does not open a window.
+ */
+static bool
+exposure_mark(void)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	for (int spins = 0; pg_atomic_read_u32(&pmwal_shared->exposure_clearing); spins++)
+	{
+		if (spins > 10000)
+			return false;
+		pg_spin_delay();
+	}
+	pg_read_barrier();
+	if (pg_atomic_read_u32(&pmwal_shared->exposure_marked))
+		return true;
+	if (!ring_set_word(&hdr->exposed.v, Max(hdr->head.v, 1)))
+		return false;
+	pg_atomic_write_u32(&pmwal_shared->exposure_marked, 1);
+	return true;
+}
+
+/*
+ * The flusher: clear the exposure mark when no write window is open and the
+ * ring (or a sync) covers everything flushed.
+ */
+void
+exposure_clear_if_quiet(void)
+{
+	if (!pg_atomic_read_u32(&pmwal_shared->exposure_marked))
+		return;
+	pg_atomic_write_u32(&pmwal_shared->exposure_clearing, 1);
+	pg_memory_barrier();
+	if (pg_atomic_read_u32(&pmwal_shared->writes_open) == 0 &&
+		GetFlushRecPtr(NULL) <= pg_atomic_read_u64(&pmwal_shared->cover_lsn) &&
+		ring_set_word(&pmwal_ring->hdr->exposed.v, 0))
+		pg_atomic_write_u32(&pmwal_shared->exposure_marked, 0);
+	pg_write_barrier();
+	pg_atomic_write_u32(&pmwal_shared->exposure_clearing, 0);
+}
+
+/*
+ * Before a commit writes its WAL without fsync: may it?  Returns
+ * RING_APPEND_OK with the window open (call write_window_close() after the
+ * copy), or the reason to make this commit durable the ordinary way.  This
+ * is the only place a committer waits for room.
  */
 int
-ring_append(XLogRecPtr end, bool is_commit)
+write_window_open(XLogRecPtr end)
+{
+	TimestampTz deadline = 0;
+	int			rc;
+
+	for (;;)
+	{
+		rc = ring_room_for(Max(end, GetXLogInsertRecPtr()));
+		if (rc != RING_NEED_SPACE)
+			break;
+		if (!wait_for_space(&deadline))
+			return FALLBACK_FULL;
+	}
+	if (rc != RING_APPEND_OK)
+	{
+		if (rc == FALLBACK_SEGMENT && pmwal_shared->flusher_latch)
+			SetLatch(pmwal_shared->flusher_latch);
+		return rc;
+	}
+
+	/* announce, then look: see drain_ring() and pmwal_pause_writes() */
+	pg_atomic_fetch_add_u32(&pmwal_shared->writes_open, 1);
+	if (!pg_atomic_read_u32(&pmwal_shared->accepting))
+		rc = FALLBACK_INACTIVE;
+	else if (pg_atomic_read_u32(&pmwal_shared->paused))
+		rc = FALLBACK_PAUSED;
+	else if (wal_may_be_shipped() && !exposure_mark())
+		rc = FALLBACK_PERSIST;
+	if (rc != RING_APPEND_OK)
+	{
+		write_window_close();
+		return rc;
+	}
+	if (pg_atomic_read_u32(&pmwal_shared->flusher_idle) && pmwal_shared->flusher_latch)
+		SetLatch(pmwal_shared->flusher_latch);
+	return RING_APPEND_OK;
+}
+
+void
+write_window_close(void)
+{
+	pg_atomic_fetch_sub_u32(&pmwal_shared->writes_open, 1);
+}
+
+/*
+ * Wait until no write window is open.  Callers have stopped new ones first
+ * (accepting = 0 or paused > 0).  Windows never wait, so this is short.
+ */
+void
+wait_for_writes_closed(void)
+{
+	pg_memory_barrier();
+	while (pg_atomic_read_u32(&pmwal_shared->writes_open) > 0)
+	{
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(100L);
+	}
+}
+
+/*
+ * Make sure the ring holds the WAL up to "end" (already flushed).  For a
+ * commit, "end" is the end of its commit record and it is acknowledged
+ * through last_end; otherwise it only has to be covered.  Never waits for
+ * room: a committer inside its write window that finds the ring too full
+ * (WAL inserted by others after it looked) gets FALLBACK_OVERRUN, anyone
+ * else RING_NEED_SPACE or another fallback reason.
+ */
+int
+ring_append(XLogRecPtr end, bool is_commit, CopyKind kind)
 {
 	pg_atomic_uint64 *goal = is_commit ? &pmwal_shared->ack_lsn : &pmwal_shared->cover_lsn;
-	TimestampTz deadline = 0;
 
 	if (is_commit)
 		pmwal_advance(&pmwal_shared->pending_end, end);
@@ -334,15 +570,12 @@ ring_append(XLogRecPtr end, bool is_commit)
 
 		if (pg_atomic_read_u64(goal) >= end)
 			return RING_APPEND_OK;
-		if (!pg_atomic_read_u32(&pmwal_shared->accepting))
-			return FALLBACK_INACTIVE;
 		if (!LWLockAcquireOrWait(pmwal_shared->ring_lock, LW_EXCLUSIVE))
 			continue;			/* someone copied meanwhile: look again */
-		rc = ring_copy_locked(end, is_commit);
+		rc = ring_copy_locked(end, is_commit, kind);
 		LWLockRelease(pmwal_shared->ring_lock);
-		if (rc != RING_NEED_SPACE)
-			return rc;
-		if (!wait_for_space(&deadline))
-			return FALLBACK_FULL;
+		if (rc == RING_NEED_SPACE && kind == COPY_WINDOW)
+			rc = FALLBACK_OVERRUN;
+		return rc;
 	}
 }

@@ -15,3 +15,13 @@ SELECT head_lsn >= tail_lsn AS ordered,
 
 -- the view is a thin wrapper over the function
 SELECT count(*) FROM pmwal_status();
+
+-- version 1.0 of the view still works against this library, and updates
+DROP EXTENSION pmwal;
+CREATE EXTENSION pmwal VERSION '1.0';
+SELECT count(*) AS columns_1_0 FROM pg_attribute
+ WHERE attrelid = 'pmwal_status'::regclass AND attnum > 0;
+SELECT ring_commits >= 0 AS works_1_0 FROM pmwal_status;
+ALTER EXTENSION pmwal UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'pmwal';
+SELECT fallback_overrun >= 0 AS works_1_1 FROM pmwal_status;

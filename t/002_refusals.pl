@@ -265,7 +265,7 @@ $before = ring_bytes($foreign);
 start_refused($node_a, 'foreign file');
 log_has(
 	$node_a,
-	qr/FATAL:  file "\Q$foreign\E" is not a pmwal ring\n.*DETAIL:  The file does not start with the pmwal ring magic "PMWALRNG"\.\n.*HINT:  pmwal does not overwrite a file it did not create; correct pmwal\.path or remove the file\.\n/,
+	qr/FATAL:  file "\Q$foreign\E" is not a pmwal ring\n.*DETAIL:  The file does not start with the pmwal ring magic "PMWALRNG"\.\n.*HINT:  pmwal only uses a ring it created itself and does not overwrite another file; correct pmwal\.path, remove the file, or initialise a device with "pmwal_ctl init"\.\n/,
 	'foreign file: FATAL with DETAIL and HINT');
 ok($before eq ring_bytes($foreign), 'foreign file: bytes unchanged');
 
@@ -391,7 +391,7 @@ isnt(ring_field($ring_a, 'crc'), crc32c(substr(ring_bytes($ring_a), 0, 48)),
 start_fine($node_a, 'interrupted rewrite');
 log_has(
 	$node_a,
-	qr/LOG:  pmwal initialising ring "\Q$ring_a\E" with 16 MB\n.*DETAIL:  A rewrite of the header of the empty ring was interrupted\.\n/,
+	qr/LOG:  pmwal initialising ring "\Q$ring_a\E" with 16 MB\n.*DETAIL:  An initialisation of the empty ring was interrupted\.\n/,
 	'interrupted rewrite: initialisation is logged');
 ok(!$node_a->log_contains(qr/FATAL/), 'interrupted rewrite: no FATAL');
 $node_a->stop;
