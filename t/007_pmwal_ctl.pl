@@ -1,6 +1,12 @@
-# pmwal_ctl, the offline tool for a stopped cluster's ring: inspect, verify,
-# dump (read back with pg_waldump) and reset (only when confirmed), and its
-# refusals: usage errors, a ring in use by a running server.
+# pmwal_ctl, the offline tool for a stopped cluster's ring: init, inspect,
+# verify, dump (read back with pg_waldump) and reset (only when confirmed),
+# and its refusals: usage errors, a ring in use by a running server.
+#
+# init: the server adopts no file it did not create (an all-zero header
+# included); init makes a missing path, an empty or all-zero file or a
+# devdax device an empty ring of the cluster, and overwrites nothing else.
+# dump writes only files it creates itself, in a directory of its own
+# (issue 9 item 6); a character device is sized from sysfs (item 7).
 #
 # verify must agree with the server's restore (restore.c): it fails on
 # damage anywhere in [tail, head) and on a bad header, and it accepts what
@@ -39,6 +45,33 @@ sub ctl
 
 sub fmt_lsn { return sprintf('%X/%X', $_[0] >> 32, $_[0] & 0xffffffff); }
 sub parse_lsn { my ($hi, $lo) = split m{/}, $_[0]; return (hex($hi) << 32) | hex($lo); }
+
+# Read, or write when $value is given, the ring's "exposed" word (offset 320,
+# ring_format.h); PmwalTest's ring_read_u64 knows the first four words only.
+sub exposed_word
+{
+	my ($path, $value) = @_;
+	open my $fh, '+<:raw', $path or die "could not open $path: $!";
+	sysseek($fh, 320, 0) or die "seek: $!";
+	my $buf;
+	if (defined $value) { syswrite($fh, pack('Q<', $value)) == 8 or die "write: $!"; }
+	else { sysread($fh, $buf, 8) == 8 or die "read: $!"; }
+	close $fh;
+	return defined $buf ? unpack('Q<', $buf) : undef;
+}
+
+# A file of $size zero bytes with mode $mode (default 0600).
+sub zero_file
+{
+	my ($path, $size, $mode) = @_;
+	open my $fh, '>:raw', $path or die "could not create $path: $!";
+	truncate($fh, $size) or die "truncate: $!";
+	close $fh;
+	chmod($mode // 0600, $path) or die "chmod: $!";
+	return $path;
+}
+
+sub file_mode { return sprintf('%04o', (lstat $_[0])[2] & 07777); }
 
 # Read or write (when $byte is given) the data-area byte that holds LSN $lsn.
 sub ring_lsn_byte
@@ -102,14 +135,15 @@ wait_accelerated($node, 't') or die 'commits are not accelerated';
 is($rc, 0, 'inspect on a running server: allowed (read-only)');
 like($out, qr/lock:\s+held/, 'inspect on a running server: says the lock is held');
 for my $cmd ([ 'verify', $ring ], [ 'dump', '--to', $node->basedir . '/nodump', $ring ],
-	[ 'reset', '--discard-wal', $ring ])
+	[ 'reset', '--discard-wal', $ring ], [ 'init', '-D', $pgdata, '--size=16', $ring ])
 {
 	my $before = $sha->();
 	($rc, $out) = ctl(@$cmd);
 	is($rc, 1, "$cmd->[0] on a running server: refused");
 	like($out, qr/is in use by a running server; stop the server first/,
 		"$cmd->[0] on a running server: says why");
-	is($sha->(), $before, "$cmd->[0] on a running server: ring unchanged") if $cmd->[0] eq 'reset';
+	is($sha->(), $before, "$cmd->[0] on a running server: ring unchanged")
+	  if $cmd->[0] eq 'reset' || $cmd->[0] eq 'init';
 }
 ok(!-e $node->basedir . '/nodump', 'dump on a running server: wrote nothing');
 
@@ -175,6 +209,22 @@ like($out, qr/system identifier:\s+$sysid\n/, 'inspect without -D: system identi
 like($out, qr/restore at start:\s+yes, unless .*give -D to check/, 'inspect without -D: restore unless the checkpoint is past it');
 is($sha->(), $ring_sha, 'inspect changes nothing');
 
+# The "exposed" word (pmwal 1.1): shown as the kill left it, then set and
+# cleared by hand; a set word makes the start end recovery on a new timeline.
+my $exposed = exposed_word($ring);
+($rc, $out) = ctl('inspect', $ring);
+like($out, $exposed ? qr/exposed:\s+yes \(since \Q${\ fmt_lsn($exposed)}\E\)/ : qr/exposed:\s+no\n/,
+	'inspect: shows the exposed word as the kill left it (' . ($exposed ? fmt_lsn($exposed) : 'clear') . ')');
+exposed_word($ring, $head);
+($rc, $out) = ctl('inspect', $ring);
+like($out, qr/exposed:\s+yes \(since \Q${\ fmt_lsn($head)}\E\): .*new timeline/,
+	'inspect: a set exposed word: yes, since that LSN, and a start ends recovery on a new timeline');
+exposed_word($ring, 0);
+($rc, $out) = ctl('inspect', $ring);
+like($out, qr/head:\s+\S+\nexposed:\s+no\n/, 'inspect: a clear exposed word: no');
+exposed_word($ring, $exposed);
+is($sha->(), $ring_sha, 'the ring is as the kill left it');
+
 # --- verify a good ring ----------------------------------------------------------
 ($rc, $out) = ctl('verify', '-D', $pgdata, $ring);
 is($rc, 0, 'verify: a good ring verifies');
@@ -208,6 +258,62 @@ like($wd_out, qr/rmgr: Transaction .*tx:\s+$last_xid, .*desc: COMMIT /,
 ($wd_out, $wd_err) = run_command([ 'pg_waldump', "--path=$dumpdir",
 		'--start=' . fmt_lsn($tail), '--end=' . fmt_lsn($last_end) ]);
 is($?, 0, 'pg_waldump reads the dump to the last acknowledged commit');
+
+# --- dump writes only files it creates, in a directory of its own ---------------
+# Issue 9 item 6: dump followed a symlink named like a segment (overwriting
+# its target with WAL) and kept a pre-existing file's mode; it wrote into any
+# directory.  Now every file is created exclusively (O_EXCL|O_NOFOLLOW, 0600)
+# and --to must be the user's own directory, writable by no one else.
+is(file_mode($dumpdir), '0700', 'dump: creates a missing --to directory with mode 0700');
+ok(!grep({ file_mode($_) ne '0600' } @segs), 'dump: segment files have mode 0600');
+my $segname = (split m{/}, $segs[0])[-1];
+my $victim = $node->basedir . '/victim';
+append_to_file($victim, "the victim's own bytes\n");
+my $victim_sha = $sha->($victim);
+my $trap = $node->basedir . '/dump_trap';
+mkdir($trap, 0700) or die "mkdir $trap: $!";
+symlink($victim, "$trap/$segname") or die "symlink: $!";
+($rc, $out) = ctl('dump', '--to', $trap, $ring);
+is($rc, 1, 'dump: a symlink named like a segment in --to: refused');
+like($out, qr{"\Q$trap/$segname\E" already exists}, 'dump: the refusal names the file');
+is($sha->($victim), $victim_sha, "dump: the symlink's target is unchanged");
+ok(-l "$trap/$segname", 'dump: the symlink is left as it was');
+
+my $stale = $node->basedir . '/dump_stale';
+mkdir($stale, 0700) or die "mkdir $stale: $!";
+append_to_file("$stale/$segname", "not WAL\n");
+chmod(0666, "$stale/$segname") or die "chmod: $!";
+($rc, $out) = ctl('dump', '--to', $stale, $ring);
+is($rc, 1, 'dump: a file named like a segment in --to: refused');
+like($out, qr{"\Q$stale/$segname\E" already exists}, 'dump: the refusal names the existing file');
+is(slurp_file("$stale/$segname"), "not WAL\n", 'dump: the existing file is unchanged');
+is(file_mode("$stale/$segname"), '0666', "dump: the existing file's mode is unchanged");
+is(scalar(my @in_stale = glob("$stale/*")), 1, 'dump: the refusal wrote no other file');
+
+my $open_dir = $node->basedir . '/dump_0777';
+mkdir($open_dir) or die "mkdir $open_dir: $!";
+chmod(0777, $open_dir) or die "chmod: $!";
+($rc, $out) = ctl('dump', '--to', $open_dir, $ring);
+is($rc, 1, 'dump: a --to directory writable by others: refused');
+like($out, qr{"\Q$open_dir\E" is writable by group or others \(permissions 0777\)},
+	'dump: says the directory is writable by others');
+is(scalar(my @in_open = glob("$open_dir/*")), 0, 'dump: wrote nothing into it');
+
+my $real_dir = $node->basedir . '/dump_real';
+mkdir($real_dir, 0700) or die "mkdir $real_dir: $!";
+symlink($real_dir, $node->basedir . '/dump_link') or die "symlink: $!";
+($rc, $out) = ctl('dump', '--to', $node->basedir . '/dump_link', $ring);
+is($rc, 1, 'dump: a --to that is a symbolic link: refused');
+like($out, qr{"\Q${\ $node->basedir}/dump_link\E" is a symbolic link}, 'dump: says --to is a symbolic link');
+is(scalar(my @in_real = glob("$real_dir/*")), 0, "dump: wrote nothing into the link's target");
+
+SKIP:
+{
+	skip 'run as root: / is the user\'s own', 2 if $> == 0;
+	($rc, $out) = ctl('dump', '--to', '/', $ring);
+	is($rc, 1, 'dump: a --to directory of another user: refused');
+	like($out, qr{dump directory "/" is owned by another user}, 'dump: says the directory is not the user\'s');
+}
 
 # The records of the ring, for the cases below.
 my @records;
@@ -306,8 +412,14 @@ is($rc, 1, 'reset without --discard-wal: refused');
 like($out, qr/confirm with --discard-wal/, 'reset without --discard-wal: says how to confirm');
 is($sha->(), $ring_sha, 'reset without --discard-wal: ring unchanged');
 
+# a set exposed word is cleared by the reset too (and a warning says what
+# the reset gives up: the start does not end recovery on a new timeline)
+exposed_word($ring, $head);
 ($rc, $out) = ctl('reset', '--discard-wal', $ring);
 is($rc, 0, 'reset --discard-wal: exit 0');
+is(exposed_word($ring), 0, 'reset: clears the exposed word');
+like($out, qr/warning: the ring was exposed since \Q${\ fmt_lsn($head)}\E/,
+	'reset: warns that the ring was exposed');
 like($out,
 	qr/discarding WAL \Q${\ fmt_lsn($tail)}\E to \Q${\ fmt_lsn($head)}\E \(${\ ($head - $tail)} bytes, acknowledged commits up to \Q${\ fmt_lsn($last_end)}\E\)/,
 	'reset: prints the range, bytes and acknowledged commits it discards');
@@ -347,12 +459,156 @@ truncate($zfh, 4096 + 1024 * 1024) or die "truncate: $!";
 close $zfh;
 my $zero_sha = $sha->($zero);
 ($rc, $out) = ctl('inspect', $zero);
-is($rc, 0, 'inspect an all-zero ring: exit 0');
-like($out, qr/uninitialised \(all zero\); a server would initialise it/, 'inspect an all-zero ring: says so');
+is($rc, 1, 'inspect an all-zero ring: exit 1 (a server refuses it)');
+like($out, qr/uninitialised \(all zero\): not a pmwal ring, a server refuses it; "pmwal_ctl init" makes it one/,
+	'inspect an all-zero ring: says so, and points at init');
+($rc, $out) = ctl('verify', $zero);
+is($rc, 1, 'verify an all-zero ring: exit 1 (a server refuses it)');
 ($rc, $out) = ctl('reset', '--discard-wal', $zero);
 is($rc, 0, 'reset an all-zero ring: exit 0');
 like($out, qr/the ring holds no WAL/, 'reset an all-zero ring: nothing discarded');
 is($sha->($zero), $zero_sha, 'reset an all-zero ring: left all zero (a server would refuse a header without magic)');
+
+# --- a character device is a devdax device, sized from sysfs ------------------
+# Issue 9 item 7: pmwal_ctl sized a character device with lseek(SEEK_END),
+# which gives 0 on device-dax; it now reads /sys/dev/char/MAJOR:MINOR/size,
+# as the server does.  There is no devdax device here, so the sizing of a
+# real one is not tested; /dev/null is a character device without a sysfs
+# size, which tests that the sysfs path is taken and its failure reported
+# (before, the message said the ring was 0 bytes).
+my $rdev = (stat '/dev/null')[6];
+my $null_sysfs = sprintf('/sys/dev/char/%d:%d/size', ($rdev >> 8) & 0xfff, ($rdev & 0xff) | (($rdev >> 12) & 0xfff00));
+($rc, $out) = ctl('inspect', '/dev/null');
+is($rc, 1, 'inspect a character device without a sysfs size: exit 1');
+like($out, qr{could not determine the size of character device "/dev/null" from "\Q$null_sysfs\E"},
+	'inspect a character device: its size is read from sysfs, and the failure names the file');
+
+# --- init ------------------------------------------------------------------------
+# The server adopts no file it did not create: it refuses an all-zero
+# header itself, pointing at pmwal_ctl init, which makes such a file (or a
+# missing path, or a devdax device) an empty ring of the cluster.
+my ($tli) = (run_command([ 'pg_controldata', $pgdata ]))[0] =~ /Latest checkpoint's TimeLineID:\s+(\d+)/;
+my $mb = 1024 * 1024;
+my $use_ring = sub {
+	my ($path) = @_;
+	$node->append_conf('postgresql.conf', "pmwal.path = '$path'\n");
+	$offset = -s $node->logfile;
+};
+my $zero2 = zero_file($node->basedir . '/zero2.ring', 4096 + 16 * $mb);
+my $zero2_sha = $sha->($zero2);
+$use_ring->($zero2);
+ok(!$node->start(fail_ok => 1), 'the server refuses an all-zero file');
+my $log = slurp_file($node->logfile, $offset);
+like($log, qr/file "\Q$zero2\E" is not a pmwal ring/, 'the server says the all-zero file is not a pmwal ring');
+like($log, qr/pmwal_ctl init/, 'the server\'s hint points at pmwal_ctl init');
+is($sha->($zero2), $zero2_sha, 'the server left the all-zero file as it was');
+
+($rc, $out) = ctl('init', '-D', $pgdata, $zero2);
+is($rc, 0, 'init an all-zero file: exit 0') or diag($out);
+like($out, qr/initialised ring "\Q$zero2\E" \(its header was all zero\): capacity 16 MB \(16777216 bytes\), system identifier $sysid, timeline $tli/,
+	'init: says what it initialised');
+is(ring_field($zero2, 'magic'), 'PMWALRNG', 'init: the magic is written');
+is(ring_field($zero2, 'system_identifier'), $sysid, "init: the cluster's system identifier");
+is(ring_field($zero2, 'timeline'), $tli, "init: the cluster's timeline");
+is(ring_field($zero2, 'wal_segment_size'), 16 * $mb, "init: the cluster's WAL segment size");
+is(ring_field($zero2, 'capacity'), 16 * $mb, 'init: capacity is the file size less the header');
+is(ring_state($zero2), RING_STATE_EMPTY, 'init: the ring is empty');
+is(join(',', (map { ring_read_u64($zero2, $_) } qw(tail last_end head)), exposed_word($zero2)), '0,0,0,0',
+	'init: the dynamic words are zero');
+($rc, $out) = ctl('inspect', '-D', $pgdata, $zero2);
+is($rc, 0, 'inspect after init: exit 0');
+like($out, qr/state:\s+empty\n.*holds:\s+no WAL/s, 'inspect after init: an empty ring');
+ok($node->start(fail_ok => 1), 'the server starts on the initialised file');
+$log = slurp_file($node->logfile, $offset);
+like($log, qr/pmwal attached ring "\Q$zero2\E": 16 MB, mode \w+, empty/, 'the server attaches the initialised ring');
+unlike($log, qr/initialising|created ring file/, 'the server uses the ring as init wrote it');
+$node->stop;
+
+my $new = $node->basedir . '/new.ring';
+($rc, $out) = ctl('init', '-D', $pgdata, $new);
+is($rc, 1, 'init a missing path without --size: refused');
+like($out, qr/does not exist; give its size with --size/, 'init a missing path without --size: says so');
+for my $size (qw(1 65537 0 -2 16kB 65GB))
+{
+	($rc, $out) = ctl('init', '-D', $pgdata, "--size=$size", $new);
+	is($rc, 1, "init --size=$size: refused");
+	like($out, qr/--size must be between 2 and 65536 MB, like pmwal.size/, "init --size=$size: names the range");
+}
+ok(!-e $new, 'the refusals created nothing');
+($rc, $out) = ctl('init', '--size=16', $new);
+is($rc, 1, 'init without -D: refused');
+like($out, qr/init needs -D DATADIR/, 'init without -D: says so');
+($rc, $out) = ctl('init', '-D', $pgdata, '--size=16MB', $new);
+is($rc, 0, 'init a missing path: exit 0') or diag($out);
+like($out, qr/initialised ring "\Q$new\E" \(a new file\): capacity 16 MB/, 'init a missing path: says so');
+is(file_mode($new), '0600', 'init: the new file has mode 0600');
+is(-s $new, 4096 + 16 * $mb, 'init: the new file holds the header and the capacity');
+$use_ring->($new);
+ok($node->start(fail_ok => 1), 'the server starts on a ring made by init');
+$log = slurp_file($node->logfile, $offset);
+like($log, qr/pmwal attached ring "\Q$new\E": 16 MB, mode \w+, empty/, 'the server attaches the ring made by init');
+unlike($log, qr/initialising|created ring file/, 'the server uses the ring as init wrote it');
+$node->safe_psql('postgres', 'INSERT INTO t VALUES (0)');
+$node->stop;
+
+my $new_sha = $sha->($new);
+($rc, $out) = ctl('init', '-D', $pgdata, $new);
+is($rc, 1, 'init an existing ring: refused');
+like($out, qr/"\Q$new\E" already holds a pmwal ring/, 'init an existing ring: says so');
+like($out, qr/pmwal_ctl reset --discard-wal/, 'init an existing ring: points at reset');
+is($sha->($new), $new_sha, 'init an existing ring: unchanged');
+
+my $foreign = $node->basedir . '/foreign.ring';
+append_to_file($foreign, 'somebody else\'s data ' x 1000);
+chmod(0600, $foreign) or die "chmod: $!";
+my $foreign_sha = $sha->($foreign);
+($rc, $out) = ctl('init', '-D', $pgdata, '--size=2', $foreign);
+is($rc, 1, 'init a file that is not a ring: refused');
+like($out, qr/"\Q$foreign\E" is not a pmwal ring, refusing to overwrite it/, 'init a file that is not a ring: says so');
+is($sha->($foreign), $foreign_sha, 'init a file that is not a ring: unchanged');
+
+my $target = zero_file($node->basedir . '/target.ring', 4096 + 2 * $mb);
+my $target_sha = $sha->($target);
+symlink($target, $node->basedir . '/link.ring') or die "symlink: $!";
+($rc, $out) = ctl('init', '-D', $pgdata, $node->basedir . '/link.ring');
+is($rc, 1, 'init a symbolic link: refused');
+like($out, qr/"\Q${\ $node->basedir}\E\/link.ring" is a symbolic link/, 'init a symbolic link: says so');
+is($sha->($target), $target_sha, "init a symbolic link: the link's target is unchanged");
+
+my $shared = zero_file($node->basedir . '/shared.ring', 4096 + 2 * $mb, 0644);
+($rc, $out) = ctl('init', '-D', $pgdata, $shared);
+is($rc, 1, 'init a file with group or other access: refused');
+like($out, qr/"\Q$shared\E" has group or other access \(permissions 0644\)/, 'init a 0644 file: says so');
+is($sha->($shared), $sha->($target), 'init a 0644 file: unchanged');
+
+SKIP:
+{
+	skip 'run as root: /dev/null is the user\'s own', 2 if $> == 0;
+	($rc, $out) = ctl('init', '-D', $pgdata, '/dev/null');
+	is($rc, 1, 'init a device of another user: refused');
+	like($out, qr{"/dev/null" is owned by another user}, 'init a device of another user: says so');
+}
+
+my $empty = zero_file($node->basedir . '/empty.ring', 0);
+($rc, $out) = ctl('init', '-D', $pgdata, $empty);
+is($rc, 1, 'init an empty file without --size: refused');
+like($out, qr/"\Q$empty\E" is empty; give the ring's size with --size/, 'init an empty file without --size: says so');
+($rc, $out) = ctl('init', '-D', $pgdata, '--size=2', $empty);
+is($rc, 0, 'init an empty file with --size: exit 0') or diag($out);
+is(-s $empty, 4096 + 2 * $mb, 'init an empty file: resized to the header and the capacity');
+is(ring_field($empty, 'capacity'), 2 * $mb, 'init an empty file: capacity as given');
+
+# an interrupted initialisation (state REINIT) is initialised again, with
+# the size given; inspect says what it is
+ring_write_u64($zero2, 'state', RING_STATE_REINIT);
+($rc, $out) = ctl('inspect', $zero2);
+is($rc, 0, 'inspect an interrupted initialisation: exit 0 (a server initialises it again)');
+like($out, qr/an initialisation was interrupted/, 'inspect an interrupted initialisation: says so');
+($rc, $out) = ctl('init', '-D', $pgdata, '--size=4', $zero2);
+is($rc, 0, 'init an interrupted initialisation: exit 0') or diag($out);
+like($out, qr/\(an interrupted initialisation\): capacity 4 MB/, 'init an interrupted initialisation: says so');
+is(-s $zero2, 4096 + 4 * $mb, 'init with --size: the file is resized');
+is(ring_state($zero2), RING_STATE_EMPTY, 'init an interrupted initialisation: the ring is empty');
 
 note(sprintf('runtime %.1f s', Time::HiRes::time() - $started));
 done_testing();
