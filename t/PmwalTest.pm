@@ -57,6 +57,11 @@ sub pmwal_node
 		unlink $ring;
 		push @rings, $ring;
 	}
+	# PMWAL_TEST_LIBDIR: run against another build of pmwal.so (say, the
+	# code before a fix, to see a test fail there)
+	$node->append_conf('postgresql.conf',
+		"dynamic_library_path = '$ENV{PMWAL_TEST_LIBDIR}:\$libdir'\n")
+	  if $ENV{PMWAL_TEST_LIBDIR};
 	$node->append_conf(
 		'postgresql.conf', qq{
 shared_preload_libraries = 'pmwal'
