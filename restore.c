@@ -452,7 +452,11 @@ end_recovery_on_new_timeline(XLogRecPtr exposed_at)
 		close(fd);
 		pmwal_fsync_path(".", true, FATAL);
 	}
-	/* archive recovery needs a restore_command; one that finds nothing */
+	/*
+	 * Archive recovery needs a restore_command: use one that finds nothing
+	 * when none is set.  It stays set for this postmaster's life, and
+	 * matters only in recovery.
+	 */
 	restore_command = GetConfigOption("restore_command", false, false);
 	if (restore_command == NULL || restore_command[0] == '\0')
 		SetConfigOption("restore_command", "false", PGC_POSTMASTER, PGC_S_OVERRIDE);

@@ -575,6 +575,14 @@ pmwal_ring_attach(void)
 				 errmsg("could not lock pmwal ring \"%s\": %m", path)));
 	}
 
+	/* pmwal creates its rings complete: a shorter file is not one of them */
+	if (S_ISREG(st.st_mode) && st.st_size < RING_HEADER_SIZE)
+	{
+		snprintf(detail, sizeof(detail), "The file is %lld bytes, smaller than the %d-byte ring header.",
+				 (long long) st.st_size, RING_HEADER_SIZE);
+		ring_refuse(RING_FOREIGN, path, detail);
+	}
+
 	pmwal_ring = &ring_storage;
 	pmwal_ring->fd = fd;
 	pmwal_ring->capacity = capacity;

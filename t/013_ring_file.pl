@@ -457,15 +457,10 @@ my $not_ring_hint =
 	is(-s $file, 0, "$case: file still empty");
 	ok($rnode->log_contains(qr/FATAL:  [^\n]*"\Q$file\E"/),
 		"$case: FATAL names the file");
-  TODO:
-	{
-		local $TODO =
-		  'main refuses an empty file as "pmwal ring ... has an impossible size" (ring_map), not as a file that is not a pmwal ring';
-		log_has(
-			$rnode,
-			qr/FATAL:  file "\Q$file\E" is not a pmwal ring\n(?:.*DETAIL:  .*\n)?.*HINT:  \Q$not_ring_hint\E\n/,
-			"$case: FATAL \"is not a pmwal ring\" with the pmwal_ctl init HINT");
-	}
+	log_has(
+		$rnode,
+		qr/FATAL:  file "\Q$file\E" is not a pmwal ring\n.*DETAIL:  The file is 0 bytes, smaller than the 4096-byte ring header\.\n.*HINT:  \Q$not_ring_hint\E\n/,
+		"$case: FATAL \"is not a pmwal ring\" with the pmwal_ctl init HINT");
 
 	$case = 'file with an all-zero header';
 	$file = "/dev/shm/pmwal_tap_zero_$$.ring";
