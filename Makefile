@@ -14,6 +14,7 @@ OBJS = \
 	status.o \
 	test_pause.o \
 	wal_copy.o \
+	wal_read.o \
 	wal_sync.o
 
 EXTENSION = pmwal

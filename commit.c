@@ -95,6 +95,7 @@ commit_through_ring(XLogRecPtr end)
 		commit_fallback(end, (PmwalFallback) rc);
 		return;
 	}
+	PMWAL_PAUSE_POINT("commit_before_write");
 	write_without_fsync(end);
 	PMWAL_PAUSE_POINT("commit_after_write");
 	rc = ring_append(end, true, COPY_WINDOW);
@@ -178,6 +179,7 @@ pmwal_xact_callback(XactEvent event, void *arg)
 			break;
 
 		case XACT_EVENT_COMMIT:
+			PMWAL_PAUSE_POINT("commit_callback");
 			was_forced = forced_async;
 			if (forced_async)
 			{

@@ -370,7 +370,7 @@ pmwal_flusher_main(Datum main_arg)
 	 */
 	pg_atomic_write_u32(&pmwal_shared->flusher_idle, 0);
 	drain_ring();
-	ring_close_segment();
+	wal_read_close();
 	ereport(LOG,
 			(errmsg("pmwal drained the ring at %X/%X before the flusher exits",
 					LSN_FORMAT_ARGS(pmwal_ring->hdr->head.v))));

@@ -207,9 +207,12 @@ extern int	ring_append(XLogRecPtr end, bool is_commit, CopyKind kind);
 extern int	ring_copy_locked(XLogRecPtr end, bool is_commit, CopyKind kind);
 extern int	ring_reanchor_locked(XLogRecPtr at);
 extern void ring_publish_acks(void);
-extern void ring_close_segment(void);
 extern void exposure_clear_if_quiet(void);
 extern void wait_for_writes_closed(void);
+
+/* wal_read.c */
+extern int	wal_read(char *dst, XLogRecPtr start, Size len, TimeLineID tli);
+extern void wal_read_close(void);
 
 /* wal_sync.c */
 extern void pmwal_sync_upto(XLogRecPtr upto, XLogRecPtr boundary);

@@ -41,11 +41,9 @@
  * the flusher sets exposure_clearing and then looks at writes_open: one of
  * them always sees the other.
  *
- * The copy reads the segment files through a mapping of the page cache.  A
- * segment that a completed checkpoint has recycled is never read:
- * XLogGetLastRemovedSegno() is checked before and after the copy, and every
- * page header in the copied range must carry the address it was copied for.
- * Anything that goes wrong returns a fallback reason.  Nothing here may
+ * The copy reads the segment files (wal_read.c); every page header in the
+ * copied range must carry the address it was copied for.  Anything that
+ * goes wrong returns a fallback reason.  Nothing here may
  * raise an ERROR: it runs after the commit is recorded.
  *
  * Locking: everything that reads or changes the ring's tail, head or
@@ -61,11 +59,6 @@
  */
 #include "postgres.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
@@ -78,97 +71,11 @@
 /* The longest a committer waits for room before it falls back. */
 #define SPACE_WAIT_MS		1000
 
-/*
- * This process's read-only mapping of the segment it last copied from.
- * Reading through a mapping of the page cache costs no system call per
- * commit.  A mapping never outlives its segment's identity unnoticed: the
- * segment number is checked against the last removed one around each copy.
- */
-static char *seg_map = NULL;
-static XLogSegNo seg_segno;
-static TimeLineID seg_tli;
-
-void
-ring_close_segment(void)
-{
-	if (seg_map != NULL)
-		munmap(seg_map, wal_segment_size);
-	seg_map = NULL;
-}
-
 /* More than this much WAL to copy at once is made durable by a sync. */
 static uint64
 copy_limit(void)
 {
 	return pmwal_ring->capacity / 4;
-}
-
-/* Map segment "segno" of timeline "tli"; false if that is impossible. */
-static bool
-map_segment(XLogSegNo segno, TimeLineID tli)
-{
-	char		path[MAXPGPATH];
-	struct stat st;
-	int			fd;
-	void	   *map;
-
-	ring_close_segment();
-	XLogFilePath(path, tli, segno, wal_segment_size);
-	fd = open(path, O_RDONLY | PG_BINARY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	/* a short file would turn a read past its end into SIGBUS */
-	if (fstat(fd, &st) != 0 || st.st_size < wal_segment_size)
-	{
-		close(fd);
-		return false;
-	}
-	map = mmap(NULL, wal_segment_size, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (map == MAP_FAILED)
-		return false;
-	seg_map = map;
-	seg_segno = segno;
-	seg_tli = tli;
-	return true;
-}
-
-/*
- * Copy "len" bytes of WAL starting at "start" from pg_wal to "dst" in the
- * ring, without waiting for them to be persisted.  Returns RING_APPEND_OK
- * or a fallback reason.
- */
-static int
-wal_copy(char *dst, XLogRecPtr start, Size len, TimeLineID tli)
-{
-	XLogSegNo	first;
-	XLogSegNo	last;
-
-	XLByteToSeg(start, first, wal_segment_size);
-	XLByteToSeg(start + len - 1, last, wal_segment_size);
-	if (first <= XLogGetLastRemovedSegno())
-		return FALLBACK_RECYCLED;
-
-	while (len > 0)
-	{
-		XLogSegNo	segno;
-		uint32		off = XLogSegmentOffset(start, wal_segment_size);
-		Size		n = Min(len, wal_segment_size - off);
-
-		XLByteToSeg(start, segno, wal_segment_size);
-		if ((seg_map == NULL || seg_segno != segno || seg_tli != tli) &&
-			!map_segment(segno, tli))
-			return FALLBACK_READ;
-		ring_write(dst, seg_map + off, n);
-		dst += n;
-		start += n;
-		len -= n;
-	}
-
-	/* A checkpoint may have recycled the segment while we copied it. */
-	if (last <= XLogGetLastRemovedSegno())
-		return FALLBACK_RECYCLED;
-	return RING_APPEND_OK;
 }
 
 /* Does every page that begins in [start, end) carry its own address? */
@@ -204,7 +111,7 @@ ring_fill(XLogRecPtr start, XLogRecPtr end)
 		Size		n = Min(end - from, cap - off);
 		int			rc;
 
-		rc = wal_copy(pmwal_ring->data + off, from, n, pmwal_shared->tli);
+		rc = wal_read(pmwal_ring->data + off, from, n, pmwal_shared->tli);
 		if (rc != RING_APPEND_OK)
 			return rc;
 		from += n;

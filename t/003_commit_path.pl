@@ -6,6 +6,7 @@ use strict;
 use warnings;
 use FindBin;
 use IPC::Run;
+use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
@@ -206,6 +207,40 @@ $node->append_conf('postgresql.conf', 'wal_sync_method = fdatasync');
 $node->start;
 is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id >= 60000'), '20029',
 	'all rows survived the restarts');
+
+# --- an idle backend does not keep a removed segment's disk space (issue 9,
+# item 7): the copy reads WAL through a mapping of its segment, which is
+# released a second after the backend last copied
+$node->append_conf('postgresql.conf', "wal_recycle = off\nwal_keep_size = 0\n");
+$node->restart;
+wait_accelerated($node, 't') or die 'commits are not accelerated';
+my ($idle_in, $idle_out) = ('', '');
+my $idle = IPC::Run::start([ 'psql', '-XAtq', '-d', $node->connstr('postgres'), '-f', '-' ],
+	'<', \$idle_in, '>', \$idle_out);
+$idle_in .= "INSERT INTO t VALUES (99999, 'idle'); SELECT pg_backend_pid();\n";
+$idle->pump until $idle_out =~ /^(\d+)$/m;
+my $idle_pid = $1;
+my $maps = sub {
+	open my $fh, '<', "/proc/$idle_pid/maps" or return '';
+	local $/;
+	my $m = <$fh>;
+	return join("\n", grep { m{/pg_wal/} } split /\n/, $m);
+};
+# the segment it copied from is removed by later checkpoints
+for (1 .. 3)
+{
+	$node->safe_psql('postgres', q{INSERT INTO t VALUES (-1, 'x'); DELETE FROM t WHERE id = -1; SELECT pg_switch_wal()});
+	$node->safe_psql('postgres', 'CHECKPOINT');
+}
+my $released = 0;
+for (1 .. 100)
+{
+	last if $released = $maps->() eq '';
+	Time::HiRes::sleep(0.05);
+}
+ok($released, 'an idle backend no longer maps any WAL segment') or diag($maps->());
+$idle_in .= "\\q\n";
+$idle->finish;
 $node->stop;
 
 done_testing();

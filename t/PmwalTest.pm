@@ -462,11 +462,12 @@ sub powercut_kill_one
 	return;
 }
 
-# Is the process stopped (SIGSTOP), or already gone?
+# Is the process stopped (SIGSTOP, or held by a debugger: 't'), or already
+# gone?
 sub _stopped_or_gone
 {
 	my $s = _proc_state($_[0]);
-	return $s eq 'T' || $s eq 'Z' || $s eq '';
+	return $s eq 'T' || $s eq 't' || $s eq 'Z' || $s eq '';
 }
 
 # SIGKILL stopped processes and wait until they are gone; with $zombie_ok a
@@ -581,6 +582,76 @@ sub without_ring_query
 	}
 	$copy->clean_node;
 	return $result;
+}
+
+# ---------------------------------------------------------------------------
+# Holding a server process inside PostgreSQL itself, where pmwal has no pause
+# point: gdb attached to it with a breakpoint on an exported function.
+# ---------------------------------------------------------------------------
+push @EXPORT, qw(gdb_break gdb_wait_hit gdb_release);
+
+# Attach gdb to $pid with a breakpoint on $function, and let it run.  gdb
+# talks to the test through files (its output to a pipe is buffered): it
+# creates <base>.ready once the process runs again, <base>.hit when the
+# breakpoint is reached, then waits for <base>.release, detaches and quits.
+my $gdb_count = 0;
+
+sub gdb_break
+{
+	my ($pid, $function) = @_;
+	my $base = PostgreSQL::Test::Utils::tempdir('gdb') . '/gdb' . $gdb_count++;
+	PostgreSQL::Test::Utils::append_to_file("$base.cmd", qq{set pagination off
+set confirm off
+break $function
+commands 1
+silent
+shell touch $base.hit
+shell while [ ! -e $base.release ]; do sleep 0.02; done
+delete
+detach
+quit
+end
+shell touch $base.ready
+continue
+});
+	my $out = '';
+	my $h = IPC::Run::start([ 'gdb', '-q', '-nx', '-batch', '-x', "$base.cmd", '-p', $pid ],
+		'<', \undef, '>&', \$out);
+	my $g = { h => $h, out => \$out, base => $base, pid => $pid };
+	_gdb_wait_file($g, "$base.ready", 120)
+	  or die "gdb did not attach to $pid: $out";
+	return $g;
+}
+
+# Wait for gdb's $file; @pump: IPC::Run harnesses to feed meanwhile.
+sub _gdb_wait_file
+{
+	my ($g, $file, $timeout, @pump) = @_;
+	my $deadline = Time::HiRes::time() + $timeout;
+	until (-e $file)
+	{
+		return 0 if Time::HiRes::time() > $deadline || !$g->{h}->pumpable;
+		$_->pump_nb for ($g->{h}, grep { $_->pumpable } @pump);
+		Time::HiRes::usleep(20_000);
+	}
+	return 1;
+}
+
+# Wait until the process stops at the breakpoint, feeding the IPC::Run
+# harnesses in @pump (the session that will run into it) meanwhile.
+sub gdb_wait_hit
+{
+	my ($g, $timeout, @pump) = @_;
+	return _gdb_wait_file($g, "$g->{base}.hit", $timeout // 60, @pump);
+}
+
+# Let the process go on (without the breakpoint) and end gdb.
+sub gdb_release
+{
+	my ($g) = @_;
+	PostgreSQL::Test::Utils::append_to_file("$g->{base}.release", '');
+	$g->{h}->finish;
+	return;
 }
 
 1;

@@ -2,7 +2,7 @@
 # needs from Debian's archive, build and install it, and pick the
 # unprivileged user that runs PostgreSQL (which refuses to run as root).
 
-PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps"
+PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb"
 
 need_root() {
 	if [ "$(id -u)" != 0 ]; then
