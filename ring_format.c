@@ -49,8 +49,9 @@ ring_fill_static(RingStatic *st, uint64 sysid, TimeLineID tli,
 	st->crc = ring_static_crc(st);
 }
 
-static bool
-all_zero(const char *p, size_t len)
+/* Are all "len" bytes at "p" zero? */
+bool
+ring_all_zero(const char *p, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
 		if (p[i] != 0)
@@ -76,7 +77,7 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 				 (unsigned long long) mapped_len, RING_HEADER_SIZE);
 		return RING_BAD_GEOMETRY;
 	}
-	if (all_zero((const char *) hdr, RING_HEADER_SIZE))
+	if (ring_all_zero((const char *) hdr, RING_HEADER_SIZE))
 		return RING_UNINITIALISED;
 
 	/*
@@ -87,8 +88,8 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 	 */
 	if (hdr->state.v == RING_STATE_REINIT &&
 		(memcmp(st->magic, RING_MAGIC, RING_MAGIC_LEN) == 0 ||
-		 (all_zero((const char *) hdr, offsetof(RingHeader, state)) &&
-		  all_zero((const char *) hdr + offsetof(RingHeader, exposed),
+		 (ring_all_zero((const char *) hdr, offsetof(RingHeader, state)) &&
+		  ring_all_zero((const char *) hdr + offsetof(RingHeader, exposed),
 				   RING_HEADER_SIZE - offsetof(RingHeader, exposed)))))
 	{
 		snprintf(detail, detail_len, "An initialisation of the empty ring was interrupted.");

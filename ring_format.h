@@ -158,6 +158,7 @@ extern RingCheck ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 								   const RingExpect *expect,
 								   char *detail, size_t detail_len);
 extern bool ring_holds_wal(const RingHeader *hdr);
+extern bool ring_all_zero(const char *p, size_t len);
 extern const char *ring_state_name(uint64 state);
 extern void ring_segment_header(char *page, XLogRecPtr segstart,
 								const RingHeader *hdr);

@@ -642,15 +642,6 @@ parse_size(const char *arg)
 	return (uint64) n * RING_MB;
 }
 
-static bool
-all_zero(const char *p, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if (p[i] != 0)
-			return false;
-	return true;
-}
-
 /* The ring holds a copy of the WAL: only its user may access it (as the server checks). */
 static void
 check_ring_owner(const char *path, const struct stat *st)
@@ -783,7 +774,7 @@ cmd_init(const char *path, ControlFileData *control, uint64 size)
 						  &expect, detail, sizeof(detail));
 	if (init_created == NULL)
 	{
-		if (all_zero(page.data, RING_HEADER_SIZE))
+		if (ring_all_zero(page.data, RING_HEADER_SIZE))
 			what = S_ISCHR(st.st_mode) ? "a devdax device, its header all zero" :
 				st.st_size == 0 ? "an empty file" : "its header was all zero";
 		else if (verdict == RING_INTERRUPTED_REINIT)
