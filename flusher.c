@@ -111,7 +111,9 @@ drain_ring(void)
 
 		PMWAL_PAUSE_POINT("drain_after_sync");
 		LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
-		if (hdr->head.v <= boundary)
+		if (hdr->state.v != RING_STATE_IN_USE)
+			done = true;		/* never anchored since the restore emptied it */
+		else if (hdr->head.v <= boundary)
 		{
 			(void) ring_reanchor_locked(boundary);
 			(void) ring_set_word(&hdr->state.v, RING_STATE_EMPTY);
