@@ -42,6 +42,7 @@
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "miscadmin.h"
 
 #include "pmwal.h"
@@ -66,6 +67,22 @@ write_without_fsync(XLogRecPtr end)
 	XLogFlush(end);
 	enableFsync = save_fsync;
 	pmwal_advance(&pmwal_shared->nosync_upto, GetFlushRecPtr(NULL));
+}
+
+/*
+ * Did the write reach a segment the flusher had not prepared?  Then it
+ * created that segment's file (WAL others inserted after the window was
+ * opened got written too), and neither the file nor its pg_wal/ entry is
+ * synced: the window syncs them before it closes, or a later real flush
+ * into that segment could be trusted without its directory entry.
+ */
+static bool
+write_created_segment(void)
+{
+	XLogSegNo	last;
+
+	XLByteToSeg(GetFlushRecPtr(NULL) - 1, last, wal_segment_size);
+	return last > pg_atomic_read_u64(&pmwal_shared->prepared_segno);
 }
 
 /* The ordinary way: PostgreSQL's flush, then make sure it holds. */
@@ -98,7 +115,7 @@ commit_through_ring(XLogRecPtr end)
 	PMWAL_PAUSE_POINT("commit_before_write");
 	write_without_fsync(end);
 	PMWAL_PAUSE_POINT("commit_after_write");
-	rc = ring_append(end, true, COPY_WINDOW);
+	rc = write_created_segment() ? FALLBACK_OVERRUN : ring_append(end, true, COPY_WINDOW);
 	if (rc != RING_APPEND_OK)
 	{
 		/* no waiting after the write: sync what it wrote, now */

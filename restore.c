@@ -135,7 +135,13 @@ verify_ring(uint64 sysid, XLogRecPtr tail, XLogRecPtr head, XLogRecPtr last_end,
 		verified = reader->EndRecPtr;
 	}
 
-	if (errormsg != NULL && !rr.hit_end)
+	/*
+	 * Damage before last_end may hide an acknowledged commit: refuse.  A
+	 * read that fails after it -- a record the head cuts off, or bytes
+	 * nobody acknowledged through the ring -- ends what is written back;
+	 * pg_wal keeps whatever it holds there.
+	 */
+	if (errormsg != NULL && !rr.hit_end && verified < last_end)
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("pmwal ring \"%s\" holds damaged WAL; nothing was restored", pmwal_path),
@@ -143,6 +149,13 @@ verify_ring(uint64 sysid, XLogRecPtr tail, XLogRecPtr head, XLogRecPtr last_end,
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
 						   LSN_FORMAT_ARGS(verified), errormsg),
 				 errhint("%s", restore_hint)));
+	if (errormsg != NULL && !rr.hit_end)
+		ereport(WARNING,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pmwal ring \"%s\" holds damaged WAL after the last commit acknowledged through it; restoring only up to %X/%X",
+						pmwal_path, LSN_FORMAT_ARGS(verified)),
+				 errdetail("Reading the ring's WAL failed after %X/%X, before its head %X/%X: %s.",
+						   LSN_FORMAT_ARGS(verified), LSN_FORMAT_ARGS(head), errormsg)));
 	if (verified < last_end)
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
