@@ -24,15 +24,6 @@ my $ring_hint =
 my @cleanup;
 END { unlink @cleanup; }
 
-# Append settings to postgresql.conf; later lines win.
-sub set_conf
-{
-	my ($node, %set) = @_;
-	$node->append_conf('postgresql.conf',
-		join('', map { "$_ = '$set{$_}'\n" } sort keys %set));
-	return;
-}
-
 # Try to start a node that must refuse; stop it again should it start.
 sub start_refused
 {
@@ -50,14 +41,6 @@ sub start_fine
 	my ($node, $case) = @_;
 	$node->rotate_logfile;
 	ok($node->start(fail_ok => 1), "$case: server starts");
-	return;
-}
-
-sub log_has
-{
-	my ($node, $re, $name) = @_;
-	ok($node->log_contains($re), $name)
-	  or diag("log " . $node->logfile . " does not match $re");
 	return;
 }
 

@@ -41,8 +41,6 @@ use Test::More;
 my $started = Time::HiRes::time();
 my $checked = 0;
 
-# No WAL sync but pmwal's during the load: the power cut has WAL to take.
-my $quiet_wal = QUIET_WAL . "pmwal.flush_interval = 60s\n";
 
 my $restored_re =
   qr/pmwal restored WAL ([0-9A-F]+\/[0-9A-F]+) to ([0-9A-F]+\/[0-9A-F]+) from the ring into pg_wal: (\d+) bytes, (\d+) records, (\d+) segments/;
@@ -53,29 +51,10 @@ sub lsn
 	return hex($hi) * 2**32 + hex($lo);
 }
 
-# A fresh node under the power-cut log, with table t and committing load
-# running for a random moment; then the power cut (with kill_only => 1,
-# only the kill).  Returns the node and the load (acked_load_finish done).
-# A fresh node under the power-cut log, with table t and committing load
-# running (300 commits in).  Returns the node and the load.
-sub loaded_node
-{
-	my ($name, %opts) = @_;
-	my $node = pmwal_node($name, size => '64MB', conf => $quiet_wal . ($opts{conf} // ''));
-	powercut_start($node);
-	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
-	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
-	my $load = acked_load_start($node, tag => $name);
-	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
-	  or die "$name: the load does not run: ${ $load->{err} }";
-	return ($node, $load);
-}
-
 sub loaded_and_cut
 {
 	my ($name, %opts) = @_;
-	my ($node, $load) = loaded_node($name, %opts);
+	my ($node, $load) = loaded_node($name, conf => "pmwal.flush_interval = 60s\n" . ($opts{conf} // ''));
 	Time::HiRes::sleep(0.3 + rand(1.0));
 	if ($opts{kill_only})
 	{
@@ -109,22 +88,6 @@ sub check_acked
 		$checked += $n unless $opts{recheck};
 	}
 	return $missing;
-}
-
-# Digest of every file in pg_wal and of the ring.
-sub fingerprint
-{
-	my ($node) = @_;
-	my $dir = $node->data_dir . '/pg_wal';
-	my %h;
-	opendir my $dh, $dir or die "could not read $dir: $!";
-	for my $f (sort grep { -f "$dir/$_" } readdir $dh)
-	{
-		$h{$f} = Digest::SHA->new(256)->addfile("$dir/$f")->hexdigest;
-	}
-	closedir $dh;
-	$h{ring} = Digest::SHA->new(256)->addfile($node->{pmwal_ring})->hexdigest;
-	return join("\n", map { "$_ $h{$_}" } sort keys %h);
 }
 
 # Offset of the byte at LSN $x in the ring file.
@@ -327,7 +290,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	my $off = ring_offset($node, $at);
 	my $old = ring_poke($node, $off, 'x');
 	ring_poke($node, $off, chr(ord($old) ^ 0xff));
-	my $before = fingerprint($node);
+	my $before = wal_fingerprint($node);
 	my $offset = -s $node->logfile;
 	ok(!$node->start(fail_ok => 1), 'flipped: the server refuses to start');
 	my $log = slurp_file($node->logfile, $offset);
@@ -337,7 +300,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 		'flipped: DETAIL says where verification failed');
 	like($log, qr/HINT:  See "When the ring cannot be restored" in pmwal's README/,
 		'flipped: HINT points to the documented procedure');
-	is(fingerprint($node), $before, 'flipped: pg_wal and the ring are unchanged');
+	is(wal_fingerprint($node), $before, 'flipped: pg_wal and the ring are unchanged');
 	ring_poke($node, $off, $old);
 	$node->start;
 	check_acked($node, $load, 'flipped_repaired');
@@ -392,7 +355,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 
 # --- 7. crash-restart of one backend, then a power cut ----------------------
 {
-	my ($node, $load) = loaded_node('backend_crash', conf => "restart_after_crash = on\n");
+	my ($node, $load) = loaded_node('backend_crash', conf => "pmwal.flush_interval = 60s\nrestart_after_crash = on\n");
 	Time::HiRes::sleep(0.3 + rand(1.0));
 	my $offset = -s $node->logfile;
 	my $victim = $node->safe_psql('postgres',
@@ -448,7 +411,7 @@ while (!$lagging_hit && $lagging_tries < 4)
 {
 	$lagging_tries++;
 	my $tag = "lagging_flusher_$lagging_tries";
-	my ($node, $load) = loaded_node($tag, conf => "wal_keep_size = 1GB\n");
+	my ($node, $load) = loaded_node($tag, conf => "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\n");
 	my $flusher = pmwal_status($node)->{flusher_pid};
 	kill('STOP', $flusher) or die "$tag: cannot stop the flusher ($flusher): $!";
 	my $seg = $node->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');

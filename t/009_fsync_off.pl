@@ -25,21 +25,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-# A node under load whose WAL only pmwal syncs; returns node and load.
-sub loaded_node
-{
-	my ($name, $conf) = @_;
-	my $node = pmwal_node($name, size => '64MB', conf => QUIET_WAL . ($conf // ''));
-	powercut_start($node);
-	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
-	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
-	my $load = acked_load_start($node, tag => $name);
-	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
-	  or die "$name: the load does not run: ${ $load->{err} }";
-	return ($node, $load);
-}
-
 sub missing_without_ring
 {
 	my ($node, $load) = @_;
@@ -49,7 +34,7 @@ sub missing_without_ring
 
 # --- (a) single-user start with -F between two power cuts ------------------
 {
-	my ($node, $load) = loaded_node('single_user', "pmwal.flush_interval = 60s\n");
+	my ($node, $load) = loaded_node('single_user', conf => "pmwal.flush_interval = 60s\n");
 	Time::HiRes::sleep(0.5);
 	my $cut = powercut($node);
 	acked_load_finish($load);
@@ -88,7 +73,7 @@ sub missing_without_ring
 
 # --- (b) reload to fsync = off under load, then a power cut ----------------
 {
-	my ($node, $load) = loaded_node('reload', "pmwal.flush_interval = 100ms\n");
+	my ($node, $load) = loaded_node('reload', conf => "pmwal.flush_interval = 100ms\n");
 	my $before = $node->safe_psql('postgres', 'SELECT count(*) FROM t');
 	my $offset = -s $node->logfile;
 	$node->safe_psql('postgres', 'ALTER SYSTEM SET fsync = off; SELECT pg_reload_conf()');

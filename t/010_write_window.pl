@@ -49,26 +49,6 @@ sub fill_ring
 	return pmwal_status($node);
 }
 
-# The WAL writer, woken by an asynchronous commit record, may flush it for
-# real before the committer's own write without fsync: that hides the
-# window.  Stopping it makes the committer's write the one that counts.
-sub stop_walwriter
-{
-	my ($node) = @_;
-	my $pid = $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
-	kill('STOP', $pid) or die "cannot stop the WAL writer ($pid): $!";
-	return $pid;
-}
-
-sub stop_flusher
-{
-	my ($node) = @_;
-	my $pid = pmwal_status($node)->{flusher_pid};
-	kill('STOP', $pid) or die "cannot stop the flusher ($pid): $!";
-	return $pid;
-}
-
 # --- 1. no waiting after the write (issue 9, item 3) ------------------------
 {
 	my $node = pmwal_node('evict', size => '8MB', conf => QUIET_WAL . q{
@@ -88,8 +68,11 @@ CHECKPOINT});
 	# and, on the code before the fix, flush it (hiding the window)
 	$node->safe_psql('postgres', 'VACUUM');
 	wait_accelerated($node, 't') or die 'evict: commits are not accelerated';
-	stop_flusher($node);
-	stop_walwriter($node);
+	# the WAL writer, woken by an asynchronous commit record, may flush it
+	# for real before the committer's own write without fsync, hiding the
+	# window: stopped, the committer's write is the one that counts
+	stop_server_process($node, 'flusher');
+	stop_server_process($node, 'walwriter');
 	my $st = fill_ring($node, 200 * 1024);
 	note("evict: the ring holds $st->{bytes_in_use} of $st->{capacity} bytes");
 
@@ -133,8 +116,8 @@ SELECT count(*) FROM pg_stat_activity
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION pmwal; CREATE TABLE t (id int)');
 	wait_accelerated($node, 't') or die 'readonly: commits are not accelerated';
-	stop_flusher($node);
-	stop_walwriter($node);
+	stop_server_process($node, 'flusher');
+	stop_server_process($node, 'walwriter');
 	fill_ring($node, 200 * 1024);
 
 	# R writes WAL without an xid, then sleeps; C commits meanwhile (and,
@@ -168,7 +151,7 @@ SELECT count(*) FROM pg_stat_activity
 	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
 	  or die "ckpt: the load does not run: ${ $load->{err} }";
 	my $prepared = pmwal_status($node)->{segments_prepared} // 0;
-	stop_flusher($node);
+	stop_server_process($node, 'flusher');
 	my $seg = $node->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');
 	$node->poll_query_until('postgres',
 		"SELECT pg_walfile_name(pg_current_wal_insert_lsn()) > '$seg'")

@@ -49,12 +49,7 @@ is($standby->safe_psql('postgres', 'SELECT count(*) FROM t'), '50',
 # real first, and the flusher copies a held committer's WAL within 10 ms:
 # both would close the window.  Stop them, standing for a committer and a
 # flusher that the scheduler leaves off the CPU.
-for my $pid ($primary->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'}),
-	pmwal_status($primary)->{flusher_pid})
-{
-	kill('STOP', $pid) or die "cannot stop process $pid: $!";
-}
+stop_server_process($primary, $_) for qw(walwriter flusher);
 my $offset = -s $primary->logfile;
 my $held = bg_psql($primary, "SET pmwal.test_pause = 'commit_after_write'",
 	'INSERT INTO t VALUES (42000)');

@@ -54,18 +54,6 @@ sub send_and_wait
 	return ${ $s->{out} };
 }
 
-sub stop_helpers
-{
-	my ($node) = @_;
-	for my $pid ($node->safe_psql('postgres',
-			q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'}),
-		pmwal_status($node)->{flusher_pid})
-	{
-		kill('STOP', $pid) or die "cannot stop process $pid: $!";
-	}
-	return;
-}
-
 sub quiet_node
 {
 	my ($name, $conf) = @_;
@@ -84,7 +72,7 @@ sub quiet_node
 		"CREATE TABLE d (id int); INSERT INTO d VALUES (1); CHECKPOINT");
 	my $file = $node->data_dir . '/'
 	  . $node->safe_psql('postgres', q{SELECT pg_relation_filepath('d')});
-	stop_helpers($node);
+	stop_server_process($node, $_) for qw(walwriter flusher);
 
 	# D: the dropping session, held by gdb at its commit's XLogFlush
 	my $d = session($node);
@@ -134,7 +122,7 @@ CHECKPOINT});
 		  . sprintf('%08X', $node->safe_psql('postgres',
 				q{SELECT transaction FROM pg_prepared_xacts WHERE gid = 'p1'})),
 		'prepared: the prepared transaction has its state file (PREPARE acknowledged)');
-	stop_helpers($node);
+	stop_server_process($node, $_) for qw(walwriter flusher);
 
 	my $p = session($node);
 	# hold at the third commit callback from now: the SET's own and the

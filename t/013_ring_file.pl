@@ -33,23 +33,6 @@ my $PAUSE_CAP = 30;
 my @cleanup;
 END { unlink @cleanup; }
 
-# Append settings to postgresql.conf; later lines win.
-sub set_conf
-{
-	my ($node, %set) = @_;
-	$node->append_conf('postgresql.conf',
-		join('', map { "$_ = '$set{$_}'\n" } sort keys %set));
-	return;
-}
-
-sub log_has
-{
-	my ($node, $re, $name) = @_;
-	ok($node->log_contains($re), $name)
-	  or diag("log " . $node->logfile . " does not match $re");
-	return;
-}
-
 # Is a server running on the node's data directory (pg_ctl status)?
 sub server_running
 {

@@ -116,22 +116,6 @@ sub ring_words
 		  qw(tail last_end head state));
 }
 
-# Digest of every file in pg_wal and of the ring.
-sub fingerprint
-{
-	my ($node) = @_;
-	my $dir = $node->data_dir . '/pg_wal';
-	my %h;
-	opendir my $dh, $dir or die "could not read $dir: $!";
-	for my $f (sort grep { -f "$dir/$_" } readdir $dh)
-	{
-		$h{$f} = Digest::SHA->new(256)->addfile("$dir/$f")->hexdigest;
-	}
-	closedir $dh;
-	$h{ring} = Digest::SHA->new(256)->addfile($node->{pmwal_ring})->hexdigest;
-	return join("\n", map { "$_ $h{$_}" } sort keys %h);
-}
-
 # Path of the pg_wal segment that holds LSN $x (timeline 1, 16MB segments).
 sub segment_of
 {
@@ -395,7 +379,7 @@ for my $variant ('same_segment', 'later_segment')
 		"$tag: the ring holds WAL after the power cut");
 
 	File::Copy::copy($label, $node->data_dir . '/backup_label') or die "copy: $!";
-	my $before = fingerprint($node);
+	my $before = wal_fingerprint($node);
 	my $log = start_refused($node, $tag, 'backup_label present');
 	like($log,
 		qr/FATAL:  pmwal ring "[^"]+" holds WAL, but this data directory is being restored from a base backup; nothing was restored/,
@@ -403,7 +387,7 @@ for my $variant ('same_segment', 'later_segment')
 	like($log, qr/HINT:  .*pmwal_ctl dump.*pmwal_ctl reset --discard-wal/,
 		"$tag: HINT names pmwal_ctl dump and reset");
 	unlike($log, $restored_re, "$tag: nothing was restored");
-	is(fingerprint($node), $before, "$tag: pg_wal and the ring are unchanged");
+	is(wal_fingerprint($node), $before, "$tag: pg_wal and the ring are unchanged");
 
 	# without backup_label, the ring is this server's own
 	unlink $node->data_dir . '/backup_label';
@@ -462,7 +446,7 @@ for my $variant ('same_segment', 'later_segment')
 	ok(defined $ckpt && lsn($ckpt) >= $tail && lsn($ckpt) < $head,
 		"$tag: the new checkpoint (" . ($ckpt // '?') . ') lies inside the ring\'s range');
 
-	my $before = fingerprint($node);
+	my $before = wal_fingerprint($node);
 	my $log = start_refused($node, $tag, 'after pg_resetwal');
 	like($log,
 		qr/FATAL:  pmwal ring "[^"]+" holds WAL of another history than pg_wal; nothing was restored/,
@@ -470,7 +454,7 @@ for my $variant ('same_segment', 'later_segment')
 	like($log, qr/DETAIL:  .*has no predecessor \(pg_resetwal was run\)/,
 		"$tag: DETAIL names pg_resetwal");
 	unlike($log, $restored_re, "$tag: nothing was restored");
-	is(fingerprint($node), $before, "$tag: pg_wal and the ring are unchanged");
+	is(wal_fingerprint($node), $before, "$tag: pg_wal and the ring are unchanged");
 }
 
 diag(sprintf('%d acknowledged commits checked present; %.0f s',

@@ -39,9 +39,6 @@ $node->safe_psql('postgres', 'INSERT INTO t VALUES (0)');
 $node->poll_query_until('postgres', 'SELECT segments_prepared >= 2 FROM pmwal_status')
   or die 'the flusher prepares no segments';
 
-my $walwriter = $node->safe_psql('postgres',
-	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
-my $flusher = pmwal_status($node)->{flusher_pid};
 
 # A: a commit held inside its window, before its write
 my $offset = -s $node->logfile;
@@ -50,8 +47,7 @@ my $a = bg_psql($node, q{SET pmwal.test_pause = 'commit_before_write'},
 my $apid = pause_wait($node, 'commit_before_write', $offset);
 note("A held in its window (pid $apid)");
 
-kill('STOP', $walwriter) or die "cannot stop walwriter: $!";
-kill('STOP', $flusher) or die "cannot stop flusher: $!";
+stop_server_process($node, $_) for qw(walwriter flusher);
 
 my ($ins, $seg) = split /\|/, $node->safe_psql('postgres',
 	q{SELECT pg_current_wal_insert_lsn(), pg_walfile_name(pg_current_wal_insert_lsn())});

@@ -654,4 +654,76 @@ sub gdb_release
 	return;
 }
 
+# ---------------------------------------------------------------------------
+# Small things several tests need.
+# ---------------------------------------------------------------------------
+use Digest::SHA ();
+push @EXPORT, qw(stop_server_process wal_fingerprint loaded_node set_conf log_has);
+
+# SIGSTOP the node's 'walwriter' or pmwal 'flusher', standing for a process
+# the scheduler leaves off the CPU; returns its pid.  powercut_kill kills
+# it with the rest.
+sub stop_server_process
+{
+	my ($node, $which) = @_;
+	my $pid = $which eq 'flusher'
+	  ? pmwal_status($node)->{flusher_pid}
+	  : $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$which'");
+	kill('STOP', $pid) or die "cannot stop the $which ($pid): $!";
+	return $pid;
+}
+
+# Digest of every file in the node's pg_wal and of its ring.
+sub wal_fingerprint
+{
+	my ($node) = @_;
+	my $dir = $node->data_dir . '/pg_wal';
+	my %h;
+	opendir my $dh, $dir or die "could not read $dir: $!";
+	for my $f (sort grep { -f "$dir/$_" } readdir $dh)
+	{
+		$h{$f} = Digest::SHA->new(256)->addfile("$dir/$f")->hexdigest;
+	}
+	closedir $dh;
+	$h{ring} = Digest::SHA->new(256)->addfile($node->{pmwal_ring})->hexdigest;
+	return join("\n", map { "$_ $h{$_}" } sort keys %h);
+}
+
+# A fresh node (64 MB ring) under the power-cut log whose WAL only pmwal
+# syncs (QUIET_WAL, then $opts{conf}), with table t (bigint primary key) and
+# committing load running, 300 commits in.  Returns the node and the load.
+sub loaded_node
+{
+	my ($name, %opts) = @_;
+	my $node = pmwal_node($name, size => $opts{size} // '64MB',
+		conf => QUIET_WAL . ($opts{conf} // ''));
+	powercut_start($node);
+	$node->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
+	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
+	my $load = acked_load_start($node, tag => $name);
+	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
+	  or die "$name: the load does not run: ${ $load->{err} }";
+	return ($node, $load);
+}
+
+# Append settings to postgresql.conf; later lines win.
+sub set_conf
+{
+	my ($node, %set) = @_;
+	$node->append_conf('postgresql.conf',
+		join('', map { "$_ = '$set{$_}'\n" } sort keys %set));
+	return;
+}
+
+# The server log matches $re.
+sub log_has
+{
+	my ($node, $re, $name) = @_;
+	ok($node->log_contains($re), $name)
+	  or diag("log " . $node->logfile . " does not match $re");
+	return;
+}
+
 1;
