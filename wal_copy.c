@@ -39,7 +39,8 @@
  * restore that finds it set ends recovery on a new timeline (restore.c).
  * The committer increments writes_open and then looks at exposure_clearing;
  * the flusher sets exposure_clearing and then looks at writes_open: one of
- * them always sees the other.
+ * them always sees the other.  A committer that sees a clearing in progress
+ * bumps the word by compare-and-swap instead of waiting for the flusher.
  *
  * The copy reads the segment files (wal_read.c); every page header in the
  * copied range must carry the address it was copied for.  Anything that
@@ -347,25 +348,31 @@ wal_may_be_shipped(void)
 }
 
 /*
- * Persist that a write window may be open (see the file header).  False if
- * the flusher is stuck clearing the mark or the store cannot be persisted:
- * the caller then does not open a window.
+ * Persist that a write window may be open (see the file header).  Usually
+ * the mark is set already and nothing is written.  While the flusher decides
+ * whether to clear it, the committer does not wait: it bumps the word with
+ * a compare-and-swap, so that the flusher's own compare-and-swap to zero
+ * fails, or, if that came first, sets it again.  False if the store cannot
+ * be persisted (msync mode): the caller then does not open a window.
  */
 static bool
 exposure_mark(void)
 {
-	RingHeader *hdr = pmwal_ring->hdr;
+	uint64	   *word = (uint64 *) &pmwal_ring->hdr->exposed.v;
+	uint64		old;
 
-	for (int spins = 0; pg_atomic_read_u32(&pmwal_shared->exposure_clearing); spins++)
+	if (pg_atomic_read_u32(&pmwal_shared->exposure_clearing) == 0)
 	{
-		if (spins > 10000)
-			return false;
-		pg_spin_delay();
+		pg_read_barrier();
+		if (pg_atomic_read_u32(&pmwal_shared->exposure_marked))
+			return true;
 	}
-	pg_read_barrier();
-	if (pg_atomic_read_u32(&pmwal_shared->exposure_marked))
-		return true;
-	if (!ring_set_word(&hdr->exposed.v, Max(hdr->head.v, 1)))
+	old = *word;
+	while (!__atomic_compare_exchange_n(word, &old,
+										Max(pmwal_ring->hdr->head.v, old + 1),
+										false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		;
+	if (!ring_persist(word, sizeof(uint64)))
 		return false;
 	pg_atomic_write_u32(&pmwal_shared->exposure_marked, 1);
 	return true;
@@ -373,18 +380,27 @@ exposure_mark(void)
 
 /*
  * The flusher: clear the exposure mark when no write window is open and the
- * ring (or a sync) covers everything flushed.
+ * ring (or a sync) covers everything flushed.  The word is read before
+ * writes_open is looked at, and cleared only if it still holds that value.
  */
 void
 exposure_clear_if_quiet(void)
 {
-	if (!pg_atomic_read_u32(&pmwal_shared->exposure_marked))
+	uint64	   *word = (uint64 *) &pmwal_ring->hdr->exposed.v;
+	uint64		seen;
+
+	if (!pg_atomic_read_u32(&pmwal_shared->exposure_marked) && *word == 0)
 		return;
 	pg_atomic_write_u32(&pmwal_shared->exposure_clearing, 1);
 	pg_memory_barrier();
+	seen = *word;
+	pg_memory_barrier();
 	if (pg_atomic_read_u32(&pmwal_shared->writes_open) == 0 &&
 		GetFlushRecPtr(NULL) <= pg_atomic_read_u64(&pmwal_shared->cover_lsn) &&
-		ring_set_word(&pmwal_ring->hdr->exposed.v, 0))
+		(seen == 0 ||
+		 __atomic_compare_exchange_n(word, &seen, 0, false,
+									 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) &&
+		ring_persist(word, sizeof(uint64)))
 		pg_atomic_write_u32(&pmwal_shared->exposure_marked, 0);
 	pg_write_barrier();
 	pg_atomic_write_u32(&pmwal_shared->exposure_clearing, 0);

@@ -600,8 +600,11 @@ sub gdb_break
 {
 	my ($pid, $function) = @_;
 	my $base = PostgreSQL::Test::Utils::tempdir('gdb') . '/gdb' . $gdb_count++;
+	# PostgreSQL's processes live on signals (latches, checkpoint
+	# requests): gdb must pass them on without stopping
 	PostgreSQL::Test::Utils::append_to_file("$base.cmd", qq{set pagination off
 set confirm off
+handle SIGINT SIGUSR1 SIGUSR2 SIGHUP SIGTERM SIGQUIT SIGALRM SIGPIPE SIGCHLD nostop noprint pass
 break $function
 commands 1
 silent
@@ -620,6 +623,7 @@ continue
 	my $g = { h => $h, out => \$out, base => $base, pid => $pid };
 	_gdb_wait_file($g, "$base.ready", 120)
 	  or die "gdb did not attach to $pid: $out";
+	$g->{out} = \$out;
 	return $g;
 }
 
@@ -642,7 +646,9 @@ sub _gdb_wait_file
 sub gdb_wait_hit
 {
 	my ($g, $timeout, @pump) = @_;
-	return _gdb_wait_file($g, "$g->{base}.hit", $timeout // 60, @pump);
+	return 1 if _gdb_wait_file($g, "$g->{base}.hit", $timeout // 60, @pump);
+	diag("gdb: " . join("\n", grep { !/Reading symbols|No debugging symbols/ } split /\n/, ${ $g->{out} }));
+	return 0;
 }
 
 # Let the process go on (without the breakpoint) and end gdb.
