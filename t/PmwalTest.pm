@@ -502,8 +502,17 @@ sub pause_wait
 	{
 		my $pid = pause_seen($node, $point, $offset);
 		return $pid if $pid;
-		die "no pause at \"$point\" within the time allowed"
-		  if Time::HiRes::time() > $deadline;
+		if (Time::HiRes::time() > $deadline)
+		{
+			# say what the server was doing instead
+			for my $q ('SELECT * FROM pmwal_status',
+				q{SELECT pid, backend_type, state, wait_event_type, wait_event, query FROM pg_stat_activity})
+			{
+				my ($rc, $out, $err) = $node->psql('postgres', $q, extra_params => ['-x']);
+				Test::More::diag("$q:\n$out$err");
+			}
+			die "no pause at \"$point\" within the time allowed";
+		}
 		Time::HiRes::usleep(20_000);
 	}
 }
