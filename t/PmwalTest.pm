@@ -489,7 +489,7 @@ sub _kill_stopped
 # process stops at; it logs 'pmwal test pause at "point" (pid N)' and waits
 # until the file pmwal_test_release.<point> exists in the data directory.
 # ---------------------------------------------------------------------------
-push @EXPORT, qw(pause_wait pause_seen pause_release pause_rearm bg_psql
+push @EXPORT, qw(pause_wait pause_or_exit pause_seen pause_release pause_rearm bg_psql
   bg_psql_finish without_ring_query lsn_num);
 
 # Wait until a process logs its pause at $point after log offset $offset;
@@ -497,11 +497,25 @@ push @EXPORT, qw(pause_wait pause_seen pause_release pause_rearm bg_psql
 sub pause_wait
 {
 	my ($node, $point, $offset, $timeout) = @_;
+	return pause_or_exit($node, $point, $offset, undef, $timeout);
+}
+
+# Like pause_wait, for a point that the background psql $bg (bg_psql)
+# should reach: returns the pid that paused, or 0 if $bg ended first.
+sub pause_or_exit
+{
+	my ($node, $point, $offset, $bg, $timeout) = @_;
 	my $deadline = Time::HiRes::time() + ($timeout // 60);
 	while (1)
 	{
 		my $pid = pause_seen($node, $point, $offset);
 		return $pid if $pid;
+		if ($bg)
+		{
+			eval { $bg->{h}->pump_nb };
+			return pause_seen($node, $point, $offset) // 0
+			  unless $bg->{h}->pumpable;
+		}
 		if (Time::HiRes::time() > $deadline)
 		{
 			# say what the server was doing instead
