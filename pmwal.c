@@ -28,6 +28,7 @@
 #include "utils/guc.h"
 
 #include "pmwal.h"
+#include "pmwal_compat.h"
 
 PG_MODULE_MAGIC;
 
@@ -219,7 +220,8 @@ pmwal_shmem_startup_hook(void)
 bool
 pmwal_sync_method_conflicts(void)
 {
-	return sync_method == SYNC_METHOD_OPEN || sync_method == SYNC_METHOD_OPEN_DSYNC;
+	return pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN ||
+		pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN_DSYNC;
 }
 
 /*

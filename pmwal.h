@@ -30,8 +30,8 @@
  * treat the flush pointer.  Another major version must be checked against
  * DESIGN.md's hazards before it is allowed here.
  */
-#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 160000
-#error "pmwal supports PostgreSQL 15 only"
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
+#error "pmwal supports PostgreSQL 15 to 18"
 #endif
 
 /* How the ring's updates are made durable. */

@@ -23,6 +23,7 @@
 #include "storage/shmem.h"
 
 #include "pmwal.h"
+#include "pmwal_compat.h"
 
 #define PMWAL_TRANCHE		"pmwal"
 #define PMWAL_NUM_LOCKS		2
@@ -123,7 +124,7 @@ pmwal_count(PmwalCounter counter, uint64 n)
 		pg_atomic_fetch_add_u64(c, n);
 		return;
 	}
-	c = &counter_slots[MyProc->pgprocno].c[counter];
+	c = &counter_slots[PMWAL_MY_PROC_NUMBER].c[counter];
 	pg_atomic_write_u64(c, pg_atomic_read_u64(c) + n);
 }
 

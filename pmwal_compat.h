@@ -1,0 +1,40 @@
+/*-------------------------------------------------------------------------
+ *
+ * pmwal_compat.h
+ *		The differences between the PostgreSQL major versions pmwal builds
+ *		against (15 to 18), in one place.
+ *
+ * Only names and signatures differ here; what each version's WAL code does
+ * with the flush pointer was checked against DESIGN.md's hazards (README,
+ * "Supported versions").
+ *
+ * IDENTIFICATION
+ *		pmwal_compat.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PMWAL_COMPAT_H
+#define PMWAL_COMPAT_H
+
+#include "access/xlog.h"
+#include "storage/proc.h"
+
+/* 17 renamed sync_method and its values */
+#if PG_VERSION_NUM >= 170000
+#define pmwal_wal_sync_method		wal_sync_method
+#define PMWAL_SYNC_METHOD_OPEN		WAL_SYNC_METHOD_OPEN
+#define PMWAL_SYNC_METHOD_OPEN_DSYNC WAL_SYNC_METHOD_OPEN_DSYNC
+#else
+#define pmwal_wal_sync_method		sync_method
+#define PMWAL_SYNC_METHOD_OPEN		SYNC_METHOD_OPEN
+#define PMWAL_SYNC_METHOD_OPEN_DSYNC SYNC_METHOD_OPEN_DSYNC
+#endif
+
+/* 17 replaced MyProc->pgprocno with MyProcNumber */
+#if PG_VERSION_NUM >= 170000
+#define PMWAL_MY_PROC_NUMBER		MyProcNumber
+#else
+#define PMWAL_MY_PROC_NUMBER		(MyProc->pgprocno)
+#endif
+
+#endif							/* PMWAL_COMPAT_H */
