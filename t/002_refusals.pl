@@ -315,7 +315,7 @@ ok(!$started, 'size out of range: server refuses to start');
 $node_a->stop if $started;
 log_has(
 	$node_a,
-	qr/FATAL:  1 MB is outside the valid range for parameter "pmwal\.size" \(2 \.\. 65536\)/,
+	qr/FATAL:  1 MB is outside the valid range for parameter "pmwal\.size" \(2( MB)? \.\. 65536( MB)?\)/,
 	'size out of range: FATAL names the valid range');
 ok($before eq ring_bytes($ring_a), 'size out of range: ring bytes unchanged');
 

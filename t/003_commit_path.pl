@@ -30,14 +30,14 @@ ok($node->log_contains(qr/pmwal ring ".*" anchored at [0-9A-F]+\/[0-9A-F]+; comm
 
 # --- commits move the counters, and PostgreSQL stops fsyncing WAL
 my $before = pmwal_status($node);
-$node->safe_psql('postgres', 'SELECT pg_stat_reset_shared(\'wal\')');
+reset_wal_stats($node);
 $node->safe_psql('postgres', "INSERT INTO t VALUES ($_, 'x')") for 1 .. 200;
 my $after = pmwal_status($node);
 cmp_ok($after->{ring_commits} - $before->{ring_commits}, '>=', 200,
 	'200 commits went through the ring');
 cmp_ok($after->{ring_copies}, '>', $before->{ring_copies}, 'WAL was copied into the ring');
 cmp_ok($after->{bytes_copied}, '>', $before->{bytes_copied}, 'bytes copied are counted');
-my $wal_syncs = $node->safe_psql('postgres', 'SELECT wal_sync FROM pg_stat_wal');
+my $wal_syncs = wal_fsyncs($node);
 cmp_ok($wal_syncs, '<', 20, "PostgreSQL itself fsynced WAL only $wal_syncs times for 200 commits");
 is($after->{state}, 'in use', 'ring state is "in use"');
 ok(defined $after->{flusher_pid} && $after->{flusher_pid} > 0, 'flusher pid is shown');
@@ -113,11 +113,11 @@ ok( $node->poll_query_until(
 		'postgres', q{SELECT reason = 'pmwal.enabled is off' AND state = 'empty' AND bytes_in_use = 0 FROM pmwal_status}),
 	'the flusher drained the ring and the status says why');
 $before = pmwal_status($node);
-$node->safe_psql('postgres', 'SELECT pg_stat_reset_shared(\'wal\')');
+reset_wal_stats($node);
 $node->safe_psql('postgres', "INSERT INTO t VALUES (80000 + $_, 'off')") for 1 .. 20;
 $after = pmwal_status($node);
 is($after->{ring_commits}, $before->{ring_commits}, 'disabled: commits do not use the ring');
-cmp_ok($node->safe_psql('postgres', 'SELECT wal_sync FROM pg_stat_wal'), '>=', 20,
+cmp_ok(wal_fsyncs($node), '>=', 20,
 	'disabled: PostgreSQL fsyncs each commit itself');
 $node->append_conf('postgresql.conf', 'pmwal.enabled = on');
 $node->reload;

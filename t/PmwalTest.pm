@@ -73,6 +73,33 @@ fsync = on
 	return $node;
 }
 
+# PostgreSQL's own WAL fsyncs since the last reset_wal_stats(): 18 moved
+# them from pg_stat_wal.wal_sync to pg_stat_io (object 'wal').
+push @EXPORT, qw(wal_fsyncs reset_wal_stats);
+sub wal_fsyncs
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		server_version_num($node) >= 180000
+		? q{SELECT coalesce(sum(fsyncs), 0)::bigint FROM pg_stat_io WHERE object = 'wal' AND context = 'normal'}
+		: 'SELECT wal_sync FROM pg_stat_wal');
+}
+
+sub reset_wal_stats
+{
+	my ($node) = @_;
+	$node->safe_psql('postgres', sprintf("SELECT pg_stat_reset_shared('%s')",
+			server_version_num($node) >= 180000 ? 'io' : 'wal'));
+	return;
+}
+
+sub server_version_num
+{
+	my ($node) = @_;
+	$node->{pmwal_version_num} //= $node->safe_psql('postgres', 'SHOW server_version_num');
+	return $node->{pmwal_version_num};
+}
+
 # One row of pmwal_status as a hash (CREATE EXTENSION pmwal must be done).
 sub pmwal_status
 {
