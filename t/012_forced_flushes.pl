@@ -118,9 +118,7 @@ sub quiet_node
 CREATE TABLE x (id int); CREATE TABLE victim (id int); INSERT INTO victim VALUES (1);
 BEGIN; INSERT INTO x VALUES (7); DROP TABLE victim; PREPARE TRANSACTION 'p1';
 CHECKPOINT});
-	ok(-e $node->data_dir . '/pg_twophase/'
-		  . sprintf('%08X', $node->safe_psql('postgres',
-				q{SELECT transaction FROM pg_prepared_xacts WHERE gid = 'p1'})),
+	ok(twophase_state_file($node, 'p1'),
 		'prepared: the prepared transaction has its state file (PREPARE acknowledged)');
 	stop_server_process($node, $_) for qw(walwriter flusher);
 

@@ -180,8 +180,7 @@ sub running
 CREATE TABLE p (id int PRIMARY KEY);
 BEGIN; INSERT INTO p VALUES (-1); PREPARE TRANSACTION 'x';
 CHECKPOINT});
-	ok(-f $node->data_dir . '/pg_twophase/' . sprintf('%08X',
-			$node->safe_psql('postgres', q{SELECT transaction FROM pg_prepared_xacts WHERE gid = 'x'})),
+	ok(twophase_state_file($node, 'x'),
 		'rollback_waits: the checkpoint wrote the state file of the prepared transaction');
 	my $load = start_load($node, 'rollback_waits');
 

@@ -93,6 +93,21 @@ sub reset_wal_stats
 	return;
 }
 
+# Path of the state file of prepared transaction $gid, or undef if there is
+# none: pg_twophase/XXXXXXXX by xid, from 17 on with the epoch in front.
+push @EXPORT, qw(twophase_state_file);
+sub twophase_state_file
+{
+	my ($node, $gid) = @_;
+	my $xid = $node->safe_psql('postgres',
+		"SELECT transaction FROM pg_prepared_xacts WHERE gid = '$gid'");
+	return undef if $xid eq '';
+	my $name = sprintf('%08X', $xid);
+	my ($file) = grep { m{/([0-9A-F]{8})?\Q$name\E$} }
+	  glob($node->data_dir . '/pg_twophase/*');
+	return $file;
+}
+
 sub server_version_num
 {
 	my ($node) = @_;
