@@ -21,6 +21,29 @@ our @EXPORT = qw(pmwal_node ring_bytes crc32c ring_read_u64 ring_write_u64
 # Every server these tests start treats /dev/shm as persistent memory.
 $ENV{PMEM_IS_PMEM_FORCE} = '1';
 
+# PostgreSQL's TAP modules come from the newest source package Debian
+# serves (tools/pg-versions); for an older server, undo what they write
+# that it does not know.
+my ($server_major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
+if (defined $server_major && $server_major < 18)
+{
+	no warnings 'redefine';
+	my $init = \&PostgreSQL::Test::Cluster::init;
+	*PostgreSQL::Test::Cluster::init = sub {
+		my ($node) = @_;
+		$init->(@_);
+		my $conf = $node->data_dir . '/postgresql.conf';
+		my $text = PostgreSQL::Test::Utils::slurp_file($conf);
+		if ($text =~ s/^autovacuum_worker_slots\b.*\n//mg)
+		{
+			open my $fh, '>', $conf or die "could not write $conf: $!";
+			print $fh $text;
+			close $fh;
+		}
+		return;
+	};
+}
+
 # Offsets in the ring header (ring_format.h).
 my %static = (
 	magic => [ 0, 'a8' ],
