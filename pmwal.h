@@ -171,6 +171,10 @@ typedef struct PmwalShared
 	Latch	   *flusher_latch;
 	ConditionVariable space_cv; /* committers waiting for room */
 	pg_atomic_uint32 space_waiters;
+
+	/* wait events: a committer waiting for room, the flusher's sleep */
+	uint32		wait_event_space;
+	uint32		wait_event_flusher;
 } PmwalShared;
 
 extern PmwalShared *pmwal_shared;

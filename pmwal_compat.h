@@ -37,4 +37,16 @@
 #define PMWAL_MY_PROC_NUMBER		(MyProc->pgprocno)
 #endif
 
+/*
+ * pmwal's own wait events, from 17 on; 15 and 16 show "Extension".  Called
+ * once in the postmaster's shmem startup, so every process inherits the ids
+ * and no committer ever takes the lock WaitEventExtensionNew needs.
+ */
+#include "utils/wait_event.h"
+#if PG_VERSION_NUM >= 170000
+#define pmwal_new_wait_event(name)	WaitEventExtensionNew(name)
+#else
+#define pmwal_new_wait_event(name)	PG_WAIT_EXTENSION
+#endif
+
 #endif							/* PMWAL_COMPAT_H */

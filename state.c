@@ -102,6 +102,8 @@ pmwal_shmem_init(void)
 		pg_atomic_init_u64(&pmwal_shared->nosync_upto, 0);
 		ConditionVariableInit(&pmwal_shared->space_cv);
 		pg_atomic_init_u32(&pmwal_shared->space_waiters, 0);
+		pmwal_shared->wait_event_space = pmwal_new_wait_event("PmwalRingSpace");
+		pmwal_shared->wait_event_flusher = pmwal_new_wait_event("PmwalFlusherMain");
 	}
 	counter_slots = (PmwalCounterSlot *) ((char *) pmwal_shared + MAXALIGN(sizeof(PmwalShared)));
 	if (!found)

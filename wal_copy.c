@@ -294,7 +294,8 @@ wait_for_space(TimestampTz *deadline)
 		SetLatch(flusher);
 	ConditionVariablePrepareToSleep(&pmwal_shared->space_cv);
 	(void) ConditionVariableTimedSleep(&pmwal_shared->space_cv,
-									   Min(remaining, 10), PG_WAIT_EXTENSION);
+									   Min(remaining, 10),
+									   pmwal_shared->wait_event_space);
 	ConditionVariableCancelSleep();
 	pg_atomic_fetch_sub_u32(&pmwal_shared->space_waiters, 1);
 	return true;

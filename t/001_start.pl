@@ -35,6 +35,19 @@ is( $node->safe_psql(
 	'status view reports the ring in use');
 is(ring_state($ring), RING_STATE_IN_USE, 'ring state word says in use');
 
+# From 17 on, pmwal's waits have wait events of their own (before: the
+# generic "Extension").  The flusher has no database connection, so it is
+# not in pg_stat_activity; pg_wait_events lists the registered events.
+if ($node->safe_psql('postgres', 'SHOW server_version_num') >= 170000)
+{
+	is( $node->safe_psql(
+			'postgres', q{
+SELECT string_agg(name, ',' ORDER BY name) FROM pg_wait_events
+ WHERE type = 'Extension' AND name LIKE 'Pmwal%'}),
+		'PmwalFlusherMain,PmwalRingSpace',
+		'pmwal registered its wait events');
+}
+
 # The emulation warning is repeated at every start.
 $node->restart;
 my $warnings = () =

@@ -2,7 +2,25 @@
 # needs from Debian's archive, build and install it, and pick the
 # unprivileged user that runs PostgreSQL (which refuses to run as root).
 
-PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb"
+PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb python3-pip bzip2"
+
+# The server pmwal is built and tested against: Debian's 15 unless
+# use_pg_version picks another (tools/pg-versions.sh).
+PG_MAJOR=15
+PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PG_BINDIR=/usr/lib/postgresql/15/bin
+PG_MAKE_ARGS=()
+
+use_pg_version() {
+	PG_MAJOR=$1
+	[ "$PG_MAJOR" = 15 ] && return
+	. tools/pg-versions.sh
+	fetch_pg "$PG_MAJOR"
+	PG_CONFIG=$PG_PREFIX/bin/pg_config
+	PG_BINDIR=$PG_PREFIX/bin
+	# the relocatable build was configured without TAP tests
+	PG_MAKE_ARGS=(enable_tap_tests=yes PROVE=prove "PROVE_FLAGS=-I $PG_TAP_DIR")
+}
 
 need_root() {
 	if [ "$(id -u)" != 0 ]; then
@@ -26,10 +44,10 @@ install_packages() {
 }
 
 build_and_install() {
-	echo "== building pmwal with -Wall -Wextra -Werror"
-	make -s clean
-	make -s PG_CFLAGS="-Wall -Wextra -Werror"
-	make -s install
+	echo "== building pmwal for $("$PG_CONFIG" --version) with -Wall -Wextra -Werror"
+	make -s clean PG_CONFIG="$PG_CONFIG"
+	make -s PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Wall -Wextra -Werror"
+	make -s PG_CONFIG="$PG_CONFIG" install
 }
 
 # The user that owns the checkout while tests write into it: the user who
@@ -45,5 +63,5 @@ pick_test_user() {
 }
 
 as_test_user() {
-	runuser -u "$TEST_USER" -- env PATH="/usr/lib/postgresql/15/bin:$PATH" "$@"
+	runuser -u "$TEST_USER" -- env PATH="$PG_BINDIR:$PATH" "$@"
 }
