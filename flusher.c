@@ -317,14 +317,14 @@ pmwal_flusher_main(Datum main_arg)
 		PMWAL_PAUSE_POINT("flusher_loop");
 
 		accepting = pg_atomic_read_u32(&pmwal_shared->accepting) != 0;
-		if (!accepting && pmwal_enabled && !pmwal_sync_method_conflicts())
+		if (!accepting && pmwal_enabled && !pmwal_ring_unusable())
 		{
 			if (restart_ring(true))
 				ereport(LOG,
 						(errmsg("pmwal ring \"%s\" anchored at %X/%X; commits are made durable through it",
 								pmwal_path, LSN_FORMAT_ARGS(pmwal_ring->hdr->head.v))));
 		}
-		else if (accepting && (!pmwal_enabled || pmwal_sync_method_conflicts()))
+		else if (accepting && (!pmwal_enabled || pmwal_ring_unusable()))
 		{
 			drain_ring();
 			ereport(LOG,

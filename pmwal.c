@@ -224,6 +224,13 @@ pmwal_sync_method_conflicts(void)
 		pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN_DSYNC;
 }
 
+/* Must the flusher drain the ring and keep it drained?  See the callers. */
+bool
+pmwal_ring_unusable(void)
+{
+	return pmwal_sync_method_conflicts() || pmwal_version_conflict() != NULL;
+}
+
 /*
  * Why pmwal must leave commits to PostgreSQL even though the ring works, or
  * NULL.  Forcing a commit asynchronous would skip the wait for synchronous
@@ -237,7 +244,7 @@ pmwal_stand_aside_reason(void)
 		return "synchronous replication is requested (synchronous_standby_names is set)";
 	if (pmwal_sync_method_conflicts())
 		return "wal_sync_method is open_sync or open_datasync";
-	return NULL;
+	return pmwal_version_conflict();
 }
 
 static bool

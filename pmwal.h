@@ -191,6 +191,7 @@ extern PGDLLIMPORT int pmwal_flush_interval;
 extern void pmwal_check_loaded(void);
 extern const char *pmwal_stand_aside_reason(void);
 extern bool pmwal_sync_method_conflicts(void);
+extern bool pmwal_ring_unusable(void);
 
 /* commit.c */
 extern void pmwal_commit_init(void);

@@ -49,4 +49,34 @@
 #define pmwal_new_wait_event(name)	PG_WAIT_EXTENSION
 #endif
 
+/*
+ * Settings of newer versions under which WAL that pmwal wrote without fsync
+ * would be read or written in ways it was not proven with; the ring is
+ * drained and commits are left to PostgreSQL while one is on.  The WAL
+ * summarizer (17) turns WAL up to the flush pointer into summary files that
+ * incremental backups trust, and nothing would tell it that a power cut
+ * took part of that WAL; debug_io_direct = wal (16) is a developer setting
+ * pmwal is not tested with.
+ */
+#if PG_VERSION_NUM >= 170000
+#include "postmaster/walsummarizer.h"
+#endif
+#if PG_VERSION_NUM >= 160000
+#include "storage/fd.h"
+#endif
+
+static inline const char *
+pmwal_version_conflict(void)
+{
+#if PG_VERSION_NUM >= 170000
+	if (summarize_wal)
+		return "summarize_wal is on";
+#endif
+#if PG_VERSION_NUM >= 160000
+	if (io_direct_flags & IO_DIRECT_WAL)
+		return "debug_io_direct includes wal";
+#endif
+	return NULL;
+}
+
 #endif							/* PMWAL_COMPAT_H */

@@ -208,6 +208,26 @@ $node->start;
 is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id >= 60000'), '20029',
 	'all rows survived the restarts');
 
+# --- summarize_wal (17 and later): the WAL summarizer turns WAL up to the
+# flush pointer into summary files that incremental backups trust; pmwal
+# drains the ring and stands aside while it is on
+if ($node->safe_psql('postgres', 'SHOW server_version_num') >= 170000)
+{
+	wait_accelerated($node, 't') or die 'commits are not accelerated';
+	$node->append_conf('postgresql.conf', 'summarize_wal = on');
+	$node->reload;
+	ok( $node->poll_query_until(
+			'postgres', q{SELECT NOT accelerated AND reason = 'summarize_wal is on' AND state = 'empty' FROM pmwal_status}),
+		'summarize_wal = on: pmwal drains the ring and stands aside');
+	my $before = pmwal_status($node);
+	$node->safe_psql('postgres', "INSERT INTO t VALUES (90000 + $_, 'summ')") for 1 .. 10;
+	is(pmwal_status($node)->{ring_commits}, $before->{ring_commits},
+		'summarize_wal = on: commits do not use the ring');
+	$node->append_conf('postgresql.conf', 'summarize_wal = off');
+	$node->reload;
+	ok(wait_accelerated($node, 't'), 'summarize_wal = off: pmwal takes commits again');
+}
+
 # --- an idle backend does not keep a removed segment's disk space (issue 9,
 # item 7): the copy reads WAL through a mapping of its segment, which is
 # released a second after the backend last copied
