@@ -144,7 +144,17 @@ pin_for() {
 	echo "$prefix"
 }
 
-# fsync-type calls on WAL: PostgreSQL's own (pg_stat_wal) plus pmwal's
+# PostgreSQL's own WAL writes and fsyncs: pg_stat_wal until 17, pg_stat_io
+# (object 'wal') from 18 on
+if [ "$(psql -qAtX -c 'SHOW server_version_num')" -ge 180000 ]; then
+	wal_stats=io
+	wal_io_query="SELECT coalesce(sum(fsyncs), 0), coalesce(sum(writes), 0) FROM pg_stat_io WHERE object = 'wal' AND context = 'normal'"
+else
+	wal_stats=wal
+	wal_io_query="SELECT wal_sync, wal_write FROM pg_stat_wal"
+fi
+
+# fsync-type calls on WAL: PostgreSQL's own plus pmwal's
 pmwal_syncs() {
 	psql -qAtX -c "SELECT segments_synced + dir_syncs FROM pmwal_status"
 }
@@ -163,7 +173,7 @@ for r in $(seq 1 "$rounds"); do
 					psql -qX -c "VACUUM pgbench_branches" -c "VACUUM pgbench_tellers" -c "TRUNCATE pgbench_history"
 					script=()
 				fi
-				psql -qX -c "CHECKPOINT" -c "SELECT pg_stat_reset_shared('wal')" >/dev/null
+				psql -qX -c "CHECKPOINT" -c "SELECT pg_stat_reset_shared('$wal_stats')" >/dev/null
 				pm_before=$(pmwal_syncs)
 				rm -rf "$out/txlog" && mkdir "$out/txlog"
 				threads=$(( c < 2 ? 1 : 2 ))
@@ -175,7 +185,7 @@ for r in $(seq 1 "$rounds"); do
 				# per-transaction log: 3rd field is the latency in microseconds
 				p99=$(cat "$out"/txlog/pgbench_log.* | awk '{print $3}' | sort -n |
 					awk '{v[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; printf "%.3f", v[i]/1000}')
-				read -r pgsyncs writes < <(psql -qAtX -F ' ' -c "SELECT wal_sync, wal_write FROM pg_stat_wal")
+				read -r pgsyncs writes < <(psql -qAtX -F ' ' -c "$wal_io_query")
 				pmsyncs=$(( $(pmwal_syncs) - pm_before ))
 				syncs=$(( pgsyncs + pmsyncs ))
 				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs" >> "$out/results.csv"
