@@ -24,11 +24,12 @@
 #include "ring_format.h"
 
 /*
- * Written and verified against PostgreSQL 15: shmem_request_hook and
- * MarkGUCPrefixReserved are new in 15, and the commit path's correctness
- * rests on how 15's XLogFlush, RecordTransactionCommit and the checkpointer
- * treat the flush pointer.  Another major version must be checked against
- * DESIGN.md's hazards before it is allowed here.
+ * Verified against PostgreSQL 15 to 18 (docs/versions.md): shmem_request_hook
+ * and MarkGUCPrefixReserved are new in 15, and the commit path's correctness
+ * rests on how each version's XLogFlush, RecordTransactionCommit and the
+ * checkpointer treat the flush pointer.  Another major version must be
+ * checked against DESIGN.md's hazards before it is allowed here; the names
+ * that differ between versions are in pmwal_compat.h.
  */
 #if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
 #error "pmwal supports PostgreSQL 15 to 18"
