@@ -75,7 +75,7 @@ fetch_tap_modules() {
 	echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $PG_TAP_SOURCE_SUITE main" \
 		> "$apt/sources.list"
 	local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache")
+		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
 	apt-get "${opts[@]}" update -q >/dev/null
 	if ! (cd "$apt/src" && apt-get "${opts[@]}" source --download-only -q "$pkg=$ver" >/dev/null); then
 		echo "Debian's archive no longer serves $pkg $ver ($PG_TAP_SOURCE_SUITE):" \
