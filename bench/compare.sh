@@ -6,8 +6,8 @@
 # Configurations are interleaved round by round (A B C A B C ...) so that
 # drift of the machine hits all three alike.  Each cell reports TPS, average
 # and p99 latency, and WAL fsyncs: pg_stat_wal's wal_sync (pg_stat_io's on
-# 18) plus the
-# fdatasync/fsync calls pmwal's flusher and fallbacks made (pmwal_status).
+# 18) plus the fdatasync/fsync calls pmwal's flusher and fallbacks made
+# (pmwal_status).
 # Writes results.csv, summary.md (medians, ratios B/A and B/C) and tps.png
 # to the output dir.
 #
