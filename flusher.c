@@ -361,6 +361,7 @@ pmwal_flusher_main(Datum main_arg)
 		pg_memory_barrier();
 		if (idle && pg_atomic_read_u32(&pmwal_shared->writes_open) > 0)
 			timeout = BUSY_POLL_MS;
+		PMWAL_PAUSE_POINT("flusher_sleep");
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 timeout, pmwal_shared->wait_event_flusher);
 	}

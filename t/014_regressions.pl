@@ -390,18 +390,7 @@ CHECKPOINT});
 	my $offset = -s $node->logfile;
 	set_flusher_pause($node, 'flusher_loop');
 	pause_wait($node, 'flusher_loop', $offset);
-	my $walwriter = $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
-	for (1 .. 100)
-	{
-		kill('STOP', $walwriter) or die "cannot stop the WAL writer: $!";
-		# the wait event it had when it stopped: inside WaitLatch it holds
-		# no lock
-		last if $node->safe_psql('postgres',
-			"SELECT wait_event FROM pg_stat_activity WHERE pid = $walwriter") eq 'WalWriterMain';
-		kill('CONT', $walwriter);
-		Time::HiRes::sleep(0.02);
-	}
+	stop_server_process($node, 'walwriter');
 
 	# fill: commits of a logical message and a row of m, each sized to fit
 	# what write_window_open() allows (insert + margin - page(tail) <=

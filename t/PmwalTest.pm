@@ -754,18 +754,45 @@ sub gdb_release
 use Digest::SHA ();
 push @EXPORT, qw(stop_server_process wal_fingerprint loaded_node set_conf log_has);
 
-# SIGSTOP the node's 'walwriter' or pmwal 'flusher', standing for a process
-# the scheduler leaves off the CPU; returns its pid.  powercut_kill kills
-# it with the rest.
+# Take the node's 'walwriter' or pmwal 'flusher' off the CPU, standing for
+# a process the scheduler leaves there; returns its pid.  powercut_kill
+# kills it with the rest.  Each is stopped where it holds no lock: a process
+# stopped inside an LWLock (the WAL writer's WALWriteLock, the flusher's
+# sync_lock) would leave every commit that falls back to an fsync waiting,
+# and a backend waiting for an LWLock does not even notice its client go.
+#  - The flusher is held at the pause point at the end of its loop, just
+#    before it sleeps: the loop it just ran also prepared the segments
+#    ahead of the insert position as of now (commits may write into them).
+#    The setting is reset in postgresql.auto.conf at once, so that the next
+#    start does not hold it again.
+#  - The WAL writer is SIGSTOPped until it stops inside its main WaitLatch
+#    (its wait event says so).
 sub stop_server_process
 {
 	my ($node, $which) = @_;
-	my $pid = $which eq 'flusher'
-	  ? pmwal_status($node)->{flusher_pid}
-	  : $node->safe_psql('postgres',
+	if ($which eq 'flusher')
+	{
+		my $offset = -s $node->logfile;
+		pause_rearm($node, 'flusher_sleep');
+		$node->safe_psql('postgres',
+			"ALTER SYSTEM SET pmwal.test_pause = 'flusher_sleep'; SELECT pg_reload_conf()");
+		my $pid = pause_wait($node, 'flusher_sleep', $offset);
+		$node->safe_psql('postgres', 'ALTER SYSTEM RESET pmwal.test_pause');
+		return $pid;
+	}
+	my $pid = $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$which'");
-	kill('STOP', $pid) or die "cannot stop the $which ($pid): $!";
-	return $pid;
+	my $idle = { walwriter => 'WalWriterMain' }->{$which}
+	  or die "stop_server_process: no idle wait event known for $which";
+	for (1 .. 500)
+	{
+		kill('STOP', $pid) or die "cannot stop the $which ($pid): $!";
+		return $pid if $node->safe_psql('postgres',
+			"SELECT wait_event FROM pg_stat_activity WHERE pid = $pid") eq $idle;
+		kill('CONT', $pid);
+		Time::HiRes::sleep(0.01);
+	}
+	die "stop_server_process: the $which ($pid) is never stopped in $idle";
 }
 
 # Digest of every file in the node's pg_wal and of its ring.
