@@ -8,6 +8,7 @@ OBJS = \
 	gate.o \
 	pmwal.o \
 	restore.o \
+	restore_timeline.o \
 	ring_file.o \
 	ring_format.o \
 	state.o \

@@ -31,6 +31,7 @@
  */
 #include "postgres.h"
 
+#include "access/timeline.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
@@ -131,8 +132,21 @@ drain_ring(void)
 /*
  * The ring holds WAL of one timeline.  When the insertion timeline differs
  * (after a promotion), the ring is drained, and its header rewritten while
- * it is empty and no window is open.
+ * it is empty and no window is open.  The new timeline's segment files
+ * begin where it branched off: pmwal syncs from there on (what came before
+ * is the older timelines' WAL, in their files, which recovery wrote).
  */
+/* Where timeline "tli" branched off its parent (0 for the first one). */
+static XLogRecPtr
+timeline_begin(TimeLineID tli)
+{
+	List	   *history = readTimeLineHistory(tli);
+	XLogRecPtr	begin = ((TimeLineHistoryEntry *) linitial(history))->begin;
+
+	list_free_deep(history);
+	return begin;
+}
+
 static void
 follow_timeline(TimeLineID tli)
 {
@@ -146,6 +160,7 @@ follow_timeline(TimeLineID tli)
 	LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE);
 	pmwal_shared->tli = tli;
 	pg_atomic_write_u64(&pmwal_shared->prepared_segno, 0);
+	pmwal_advance(&pmwal_shared->durable_lsn, timeline_begin(tli));
 	if (hdr->st.s.timeline != tli)
 	{
 		ring_write_static(hdr->st.s.system_identifier, tli, pmwal_ring->capacity);

@@ -232,6 +232,13 @@ extern int	pmwal_prepare_segments(XLogRecPtr upto, TimeLineID tli);
 extern void pmwal_restore(bool crash_restart);
 extern void pmwal_exit_sync(int code, Datum arg);
 
+/* restore_timeline.c */
+struct ControlFileData;
+extern void pmwal_restore_history_init(struct ControlFileData *control);
+extern TimeLineID pmwal_restore_timeline(struct ControlFileData *control, TimeLineID ring_tli,
+										 XLogRecPtr tail, XLogRecPtr head);
+extern int	pmwal_open_segment(XLogSegNo segno, char *path);
+
 /* gate.c */
 extern void pmwal_gate_init(void);
 extern bool pmwal_finishing_prepared(void);

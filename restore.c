@@ -31,6 +31,10 @@
  * histories at the same LSNs.  Not at a crash-restart of a running
  * postmaster: the page cache kept that WAL.
  *
+ * The ring's WAL goes back on its own timeline, which right after a
+ * promotion may be newer than the one pg_control names; reading pg_wal
+ * follows the timeline history (restore_timeline.c).
+ *
  * A data directory restored from a base backup (backup_label) is not given
  * a ring's WAL: the ring may belong to the server the backup came from.
  * After pg_resetwal the ring's WAL no longer fits the cluster's history.
@@ -57,6 +61,7 @@
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "storage/fd.h"
+#include "storage/shmem.h"
 #include "utils/guc.h"
 
 #include "pmwal.h"
@@ -85,7 +90,9 @@ ring_page_read(XLogReaderState *reader, XLogRecPtr page, int reqLen,
 	 */
 	if (page < RING_TAIL_PAGE(rr->tail) && page % wal_segment_size == 0)
 	{
-		ring_segment_header(buf, page, pmwal_ring->hdr);
+		ring_segment_header(buf, page, pmwal_ring->hdr,
+							pmwal_ring->data + RING_OFFSET(pmwal_ring->capacity,
+														   RING_TAIL_PAGE(rr->tail)));
 		return XLOG_BLCKSZ;
 	}
 	if (page < RING_TAIL_PAGE(rr->tail) || page + reqLen > rr->head)
@@ -174,7 +181,7 @@ verify_ring(uint64 sysid, XLogRecPtr tail, XLogRecPtr head, XLogRecPtr last_end,
  * page holding the record before the ring's first one is there.
  */
 static void
-check_connects(XLogRecPtr tail, XLogRecPtr prev, TimeLineID tli)
+check_connects(XLogRecPtr tail, XLogRecPtr prev)
 {
 	char		path[MAXPGPATH];
 	XLogSegNo	segno;
@@ -185,8 +192,7 @@ check_connects(XLogRecPtr tail, XLogRecPtr prev, TimeLineID tli)
 	ssize_t		n = -1;
 
 	XLByteToSeg(prev, segno, wal_segment_size);
-	XLogFilePath(path, tli, segno, wal_segment_size);
-	fd = open(path, O_RDONLY | PG_BINARY | O_CLOEXEC);
+	fd = pmwal_open_segment(segno, path);
 	if (fd >= 0)
 	{
 		n = pg_pread(fd, buf.data, XLOG_BLCKSZ,
@@ -308,20 +314,18 @@ empty_ring(RingHeader *hdr)
 				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_path)));
 }
 
-/* Reading records from pg_wal's segment files of one timeline. */
+/* Reading records from pg_wal's segment files, along the history. */
 static int
 pg_wal_page_read(XLogReaderState *reader, XLogRecPtr page, int reqLen,
 				 XLogRecPtr targetRecPtr, char *buf)
 {
-	TimeLineID	tli = *(TimeLineID *) reader->private_data;
 	char		path[MAXPGPATH];
 	XLogSegNo	segno;
 	int			fd;
 	ssize_t		n;
 
 	XLByteToSeg(page, segno, wal_segment_size);
-	XLogFilePath(path, tli, segno, wal_segment_size);
-	fd = open(path, O_RDONLY | PG_BINARY | O_CLOEXEC);
+	fd = pmwal_open_segment(segno, path);
 	if (fd < 0)
 		return -1;
 	n = pg_pread(fd, buf, XLOG_BLCKSZ, XLogSegmentOffset(page, wal_segment_size));
@@ -338,13 +342,12 @@ static bool
 read_checkpoint_record(ControlFileData *control, XLogRecPtr *prev,
 					   XLogRecPtr *end, char **why)
 {
-	TimeLineID	tli = control->checkPointCopy.ThisTimeLineID;
 	XLogReaderState *reader;
 	XLogRecord *record;
 	bool		ok;
 
 	reader = XLogReaderAllocate(wal_segment_size, NULL,
-								XL_ROUTINE(.page_read = pg_wal_page_read), &tli);
+								XL_ROUTINE(.page_read = pg_wal_page_read), NULL);
 	if (reader == NULL)
 		ereport(FATAL,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
@@ -416,8 +419,7 @@ check_same_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr verifie
 		int			fd;
 
 		XLByteToSeg(ckpt, segno, wal_segment_size);
-		XLogFilePath(path, control->checkPointCopy.ThisTimeLineID, segno, wal_segment_size);
-		fd = open(path, O_RDONLY | PG_BINARY | O_CLOEXEC);
+		fd = pmwal_open_segment(segno, path);
 		if (fd >= 0 && XLogSegmentOffset(ckpt, wal_segment_size) + (end - ckpt) <= (uint64) wal_segment_size &&
 			pg_pread(fd, disk, end - ckpt, XLogSegmentOffset(ckpt, wal_segment_size)) == (ssize_t) (end - ckpt))
 		{
@@ -443,15 +445,41 @@ check_same_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr verifie
 /*
  * A write window may have been open at the crash: WAL beyond what survives
  * may be on a standby or in the archive.  End recovery on a new timeline.
+ *
+ * A primary promoted since its last checkpoint still has the minimum
+ * recovery point its promotion left in pg_control (the first checkpoint
+ * clears it).  Crash recovery ignores it, but archive recovery would take
+ * it for the point of consistency and check there for references to pages
+ * that WAL after it removes (PANIC "WAL contains references to invalid
+ * pages").  It is cleared first, as that checkpoint would have, keeping
+ * its timeline, in pg_control and in the copy in shared memory that
+ * PostgreSQL read before this restore runs: recovery then replays pg_wal
+ * to its end before it ends on a new timeline, as crash recovery would.
  */
 static void
-end_recovery_on_new_timeline(XLogRecPtr exposed_at)
+end_recovery_on_new_timeline(ControlFileData *control, XLogRecPtr exposed_at)
 {
+	ControlFileData *shared;
+	bool		found;
 	struct stat st;
 	const char *restore_command;
 
 	if (stat(STANDBY_SIGNAL_FILE, &st) == 0)
 		return;					/* a standby follows its primary's timeline */
+	if (control->minRecoveryPoint != InvalidXLogRecPtr &&
+		(control->state == DB_IN_PRODUCTION || control->state == DB_IN_CRASH_RECOVERY ||
+		 control->state == DB_SHUTDOWNING))
+	{
+		ereport(LOG,
+				(errmsg("pmwal clears the minimum recovery point %X/%X left in pg_control by a promotion, before recovery ends on a new timeline",
+						LSN_FORMAT_ARGS(control->minRecoveryPoint))));
+		control->minRecoveryPoint = InvalidXLogRecPtr;
+		update_controlfile(DataDir, control, true);
+		/* the startup process reads the copy PostgreSQL made at start */
+		shared = ShmemInitStruct("Control File", sizeof(ControlFileData), &found);
+		Assert(found);
+		shared->minRecoveryPoint = InvalidXLogRecPtr;
+	}
 	if (stat(RECOVERY_SIGNAL_FILE, &st) != 0)
 	{
 		int			fd = open(RECOVERY_SIGNAL_FILE, O_WRONLY | O_CREAT | O_EXCL | PG_BINARY | O_CLOEXEC,
@@ -514,7 +542,6 @@ pmwal_restore(bool crash_restart)
 	hdr = pmwal_ring->hdr;
 	control = get_controlfile(DataDir, &crc_ok);
 	redo = control->checkPointCopy.redo;
-	tli = control->checkPointCopy.ThisTimeLineID;
 	clean = control->state == DB_SHUTDOWNED || control->state == DB_SHUTDOWNED_IN_RECOVERY;
 	XLByteToSeg(redo, redo_seg, wal_segment_size);
 	redo_seg_start = redo - XLogSegmentOffset(redo, wal_segment_size);
@@ -536,7 +563,7 @@ pmwal_restore(bool crash_restart)
 		if (exposed != 0)
 		{
 			if (!crash_restart)
-				end_recovery_on_new_timeline(exposed);
+				end_recovery_on_new_timeline(control, exposed);
 			empty_ring(hdr);
 		}
 		pfree(control);
@@ -551,6 +578,7 @@ pmwal_restore(bool crash_restart)
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), BACKUP_LABEL_FILE),
 				 errhint("If that server is gone and its archive lacks this WAL, save it with \"pmwal_ctl dump\" into the archive; then \"pmwal_ctl reset --discard-wal\", or give this server another pmwal.path.")));
 
+	pmwal_restore_history_init(control);
 	if (head <= redo_seg_start)
 	{
 		require_checkpoint_record(control, tail, head);
@@ -562,19 +590,24 @@ pmwal_restore(bool crash_restart)
 		pfree(control);
 		return;
 	}
-	if (hdr->st.s.timeline != tli)
-		ereport(FATAL,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("pmwal ring \"%s\" holds WAL of timeline %u, but the cluster is on timeline %u; nothing was restored",
-						pmwal_path, hdr->st.s.timeline, tli),
-				 errdetail("The ring holds %X/%X to %X/%X.",
-						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head)),
-				 errhint("%s", restore_hint)));
+	tli = pmwal_restore_timeline(control, hdr->st.s.timeline, tail, head);
+	if (tli == 0)
+	{
+		require_checkpoint_record(control, tail, head);
+		ereport(LOG,
+				(errmsg("pmwal ring \"%s\" holds only WAL of timeline %u that the cluster's history contains before its last checkpoint; not restored",
+						pmwal_path, hdr->st.s.timeline),
+				 errdetail("The ring holds %X/%X to %X/%X; the checkpoint's redo point is %X/%X.",
+						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), LSN_FORMAT_ARGS(redo))));
+		empty_ring(hdr);
+		pfree(control);
+		return;
+	}
 
 	INSTR_TIME_SET_CURRENT(start);
 	prev = verify_ring(control->system_identifier, tail, head, last_end, &nrecords, &verified);
 	if (tail > redo && prev != InvalidXLogRecPtr)
-		check_connects(tail, prev, tli);
+		check_connects(tail, prev);
 	check_same_history(control, tail, verified);
 
 	/*
@@ -592,7 +625,7 @@ pmwal_restore(bool crash_restart)
 		pmwal_fsync_path(XLOGDIR, true, FATAL);
 	require_checkpoint_record(control, tail, head);
 	if (exposed != 0 && !crash_restart)
-		end_recovery_on_new_timeline(exposed);
+		end_recovery_on_new_timeline(control, exposed);
 	PMWAL_PAUSE_POINT("restore_before_empty");
 	empty_ring(hdr);
 

@@ -189,16 +189,23 @@ ring_state_name(uint64 state)
  * segment starting at "segstart", as PostgreSQL writes it, and zeros.  The
  * ring holds WAL from the page of its tail on; readers that insist on
  * seeing the segment's first page (XLogReader, pg_waldump) get this one.
+ * It carries the timeline of "first", the ring's first page after it:
+ * right after a promotion that page may still be of the old timeline
+ * (the new one began inside it), and a reader refuses a timeline that
+ * goes backwards from one page to the next.
  */
 void
-ring_segment_header(char *page, XLogRecPtr segstart, const RingHeader *hdr)
+ring_segment_header(char *page, XLogRecPtr segstart, const RingHeader *hdr,
+					const char *first)
 {
+	const XLogPageHeaderData *fh = (const XLogPageHeaderData *) first;
+
 	XLogLongPageHeader lh = (XLogLongPageHeader) page;
 
 	memset(page, 0, XLOG_BLCKSZ);
 	lh->std.xlp_magic = XLOG_PAGE_MAGIC;
 	lh->std.xlp_info = XLP_LONG_HEADER;
-	lh->std.xlp_tli = hdr->st.s.timeline;
+	lh->std.xlp_tli = fh->xlp_magic == XLOG_PAGE_MAGIC ? fh->xlp_tli : hdr->st.s.timeline;
 	lh->std.xlp_pageaddr = segstart;
 	lh->xlp_sysid = hdr->st.s.system_identifier;
 	lh->xlp_seg_size = hdr->st.s.wal_segment_size;

@@ -161,6 +161,6 @@ extern bool ring_holds_wal(const RingHeader *hdr);
 extern bool ring_all_zero(const char *p, size_t len);
 extern const char *ring_state_name(uint64 state);
 extern void ring_segment_header(char *page, XLogRecPtr segstart,
-								const RingHeader *hdr);
+								const RingHeader *hdr, const char *first);
 
 #endif							/* PMWAL_RING_FORMAT_H */

@@ -291,9 +291,12 @@ cmd_inspect(Ring *ring, ControlFileData *control)
 	else if (hdr->head.v <= control->checkPointCopy.redo)
 		printf("restore at start:   no: all of it precedes the checkpoint redo point %X/%X (stale)\n",
 			   LSN_FORMAT_ARGS(control->checkPointCopy.redo));
-	else if (st->timeline != control->checkPointCopy.ThisTimeLineID)
-		printf("restore at start:   REFUSED: the cluster is on timeline %u\n",
-			   control->checkPointCopy.ThisTimeLineID);
+	else if (st->timeline > control->checkPointCopy.ThisTimeLineID)
+		printf("restore at start:   on timeline %u if its history file in pg_wal shows it descends from the checkpoint's timeline %u before the ring starts (a promotion since the last checkpoint); REFUSED otherwise\n",
+			   st->timeline, control->checkPointCopy.ThisTimeLineID);
+	else if (st->timeline < control->checkPointCopy.ThisTimeLineID)
+		printf("restore at start:   REFUSED unless the cluster's history (timeline %u) left timeline %u after the ring's head (then nothing is restored)\n",
+			   control->checkPointCopy.ThisTimeLineID, st->timeline);
 	else
 		printf("restore at start:   yes: %X/%X to %X/%X (checkpoint redo point %X/%X)\n",
 			   LSN_FORMAT_ARGS(RING_RESTORE_FROM(hdr->tail.v, control->checkPointCopy.redo,
@@ -400,7 +403,7 @@ dump_ring(Ring *ring, const char *dir)
 
 		memset(seg, 0, segsize);
 		if (from > segstart)
-			ring_segment_header(seg, segstart, hdr);
+			ring_segment_header(seg, segstart, hdr, ring->data + RING_OFFSET(cap, from));
 		for (XLogRecPtr p = from; p < segend;)
 		{
 			uint64		off = RING_OFFSET(cap, p);

@@ -14,7 +14,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use PostgreSQL::Test::RecursiveCopy;
 
-our @EXPORT = qw(pmwal_node ring_bytes crc32c ring_read_u64 ring_write_u64
+our @EXPORT = qw(pmwal_node pmwal_standby ring_bytes crc32c ring_read_u64 ring_write_u64
   ring_set_static ring_field ring_state RING_STATE_EMPTY RING_STATE_IN_USE
   RING_STATE_REINIT pmwal_status wait_accelerated);
 
@@ -72,9 +72,27 @@ sub pmwal_node
 {
 	my ($name, %opts) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	my $ring = $opts{ring} // "/dev/shm/pmwal_tap_${name}_$$.ring";
-
 	$node->init(%{ $opts{init} // {} });
+	_pmwal_conf($node, %opts);
+	return $node;
+}
+
+# A standby of $primary made from its backup $backup, with pmwal on a ring
+# of its own (the backup's postgresql.conf names the primary's); options as
+# for pmwal_node, init => init_from_backup parameters (default: streaming).
+sub pmwal_standby
+{
+	my ($primary, $name, $backup, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init_from_backup($primary, $backup, %{ $opts{init} // { has_streaming => 1 } });
+	_pmwal_conf($node, %opts);
+	return $node;
+}
+
+sub _pmwal_conf
+{
+	my ($node, %opts) = @_;
+	my $ring = $opts{ring} // '/dev/shm/pmwal_tap_' . $node->name . "_$$.ring";
 	unless ($opts{ring})
 	{
 		unlink $ring;
@@ -93,7 +111,7 @@ pmwal.size = } . ($opts{size} // '8MB') . qq{
 fsync = on
 } . ($opts{conf} // ''));
 	$node->{pmwal_ring} = $ring;
-	return $node;
+	return;
 }
 
 # PostgreSQL's own WAL fsyncs since the last reset_wal_stats(): 18 moved

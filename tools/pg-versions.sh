@@ -70,21 +70,49 @@ fetch_tap_modules() {
 	PG_TAP_DIR=$dir/src/test/perl
 	[ -f "$PG_TAP_DIR/PostgreSQL/Test/Cluster.pm" ] && return
 	echo "== fetching $pkg $ver ($PG_TAP_SOURCE_SUITE) from Debian's archive for its TAP modules"
-	local apt=$PMWAL_PG_CACHE/apt
-	mkdir -p "$apt/lists/partial" "$apt/cache" "$apt/src"
-	echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $PG_TAP_SOURCE_SUITE main" \
-		> "$apt/sources.list"
-	local opts=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
-		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
-	apt-get "${opts[@]}" update -q >/dev/null
-	if ! (cd "$apt/src" && apt-get "${opts[@]}" source --download-only -q "$pkg=$ver" >/dev/null); then
+	debian_apt "$PG_TAP_SOURCE_SUITE"
+	if ! debian_source "$pkg" "$ver" "$dir" '*/src/test/perl/*'; then
 		echo "Debian's archive no longer serves $pkg $ver ($PG_TAP_SOURCE_SUITE):" \
 			"pin a version it has (apt-cache showsrc $pkg) in tools/pg-versions.sh" >&2
 		exit 1
 	fi
-	local orig
-	orig=$(ls "$apt/src/${pkg}_${ver%-*}.orig.tar."*)
-	mkdir -p "$dir"
-	tar -xf "$orig" -C "$dir" --strip-components=1 --wildcards '*/src/test/perl/*'
-	chmod -R a+rX "$dir"
+}
+
+# debian_apt SUITE...: an apt configuration of pmwal's own with deb-src
+# lines of Debian's suites given (the machine's apt setup is left alone),
+# updated; its options in DEBIAN_APT_OPTS.
+debian_apt() {
+	local apt=$PMWAL_PG_CACHE/apt-$(echo "$@" | tr ' ' '+')
+	local suite archive
+	mkdir -p "$apt/lists/partial" "$apt/cache" "$apt/src"
+	: > "$apt/sources.list"
+	for suite in "$@"; do
+		archive=debian
+		case $suite in *-security) archive=debian-security ;; esac
+		echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/$archive $suite main" \
+			>> "$apt/sources.list"
+	done
+	DEBIAN_APT_DIR=$apt
+	DEBIAN_APT_OPTS=(-o "Dir::Etc::SourceList=$apt/sources.list" -o Dir::Etc::SourceParts=/dev/null
+		-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt/cache" -o APT::Sandbox::User=root)
+	apt-get "${DEBIAN_APT_OPTS[@]}" update -q >/dev/null
+}
+
+# debian_source PKG VERSION DEST PATTERN: extract the files of the upstream
+# tarball of Debian's source package PKG=VERSION that match PATTERN into
+# DEST (after debian_apt).  Fails if the archive does not serve it.
+debian_source() {
+	local pkg=$1 ver=$2 dest=$3 pattern=$4 orig
+	(cd "$DEBIAN_APT_DIR/src" &&
+		apt-get "${DEBIAN_APT_OPTS[@]}" source --download-only -q "$pkg=$ver" >/dev/null 2>&1) || return 1
+	orig=$(ls "$DEBIAN_APT_DIR/src/${pkg}_${ver%-*}.orig.tar."*) || return 1
+	mkdir -p "$dest"
+	tar -xf "$orig" -C "$dest" --strip-components=1 --wildcards "$pattern"
+	chmod -R a+rX "$dest"
+}
+
+# The versions of Debian's source package PKG that the suites of the last
+# debian_apt serve, newest first.
+debian_source_versions() {
+	apt-cache "${DEBIAN_APT_OPTS[@]}" showsrc "$1" | sed -n 's/^Version: //p' | sort -rV | uniq
 }
