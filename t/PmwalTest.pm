@@ -700,11 +700,34 @@ push @EXPORT, qw(gdb_break gdb_wait_hit gdb_release);
 # talks to the test through files (its output to a pipe is buffered): it
 # creates <base>.ready once the process runs again, <base>.hit when the
 # breakpoint is reached, then waits for <base>.release, detaches and quits.
+# With leave_stopped => 1 it SIGSTOPs the process at the breakpoint and
+# detaches at once: the process stays stopped there, untraced, for
+# powercut_kill (a traced process killed stays a zombie until its tracer
+# looks).
 my $gdb_count = 0;
+my @gdbs;
+
+# A test that dies while gdb holds a process: let it go, so that the
+# nodes can be stopped (this END runs before PostgreSQL::Test::Cluster's).
+END
+{
+	local $?;
+	for my $g (grep { $_->{h}->pumpable } @gdbs)
+	{
+		PostgreSQL::Test::Utils::append_to_file("$g->{base}.release", '');
+		my $deadline = Time::HiRes::time() + 10;
+		while ($g->{h}->pumpable && Time::HiRes::time() < $deadline)
+		{
+			eval { $g->{h}->pump_nb };
+			Time::HiRes::usleep(20_000);
+		}
+		eval { $g->{h}->kill_kill };
+	}
+}
 
 sub gdb_break
 {
-	my ($pid, $function) = @_;
+	my ($pid, $function, %opts) = @_;
 	my $base = PostgreSQL::Test::Utils::tempdir('gdb') . '/gdb' . $gdb_count++;
 	# PostgreSQL's processes live on signals (latches, checkpoint
 	# requests): gdb must pass them on without stopping
@@ -715,8 +738,9 @@ break $function
 commands 1
 silent
 shell touch $base.hit
-shell while [ ! -e $base.release ]; do sleep 0.02; done
-delete
+} . ($opts{leave_stopped}
+	  ? "shell kill -STOP $pid\n"
+	  : "shell while [ ! -e $base.release ]; do sleep 0.02; done\n") . qq{delete
 detach
 quit
 end
@@ -727,6 +751,7 @@ continue
 	my $h = IPC::Run::start([ 'gdb', '-q', '-nx', '-batch', '-x', "$base.cmd", '-p', $pid ],
 		'<', \undef, '>&', \$out);
 	my $g = { h => $h, out => \$out, base => $base, pid => $pid };
+	push @gdbs, $g;
 	_gdb_wait_file($g, "$base.ready", 120)
 	  or die "gdb did not attach to $pid: $out";
 	$g->{out} = \$out;
