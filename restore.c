@@ -36,7 +36,9 @@
  * follows the timeline history (restore_timeline.c).
  *
  * A data directory restored from a base backup (backup_label) is not given
- * a ring's WAL: the ring may belong to the server the backup came from.
+ * a ring's WAL: the ring may belong to the server the backup came from.  A
+ * ring whose WAL all precedes the backup's start is only dropped (the
+ * backup holds it); one that goes past it is refused.
  * After pg_resetwal the ring's WAL no longer fits the cluster's history.
  * Both are refused, touching nothing.
  *
@@ -443,6 +445,35 @@ check_same_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr verifie
 }
 
 /*
+ * The WAL location a base backup starts from, as its backup_label says
+ * ("START WAL LOCATION: X/X (file ...)"); 0 if the file cannot be read or
+ * names none, so that nothing counts as older than the backup.
+ */
+static XLogRecPtr
+backup_label_start(void)
+{
+	FILE	   *f = AllocateFile(BACKUP_LABEL_FILE, "r");
+	char		line[MAXPGPATH];
+	XLogRecPtr	start = InvalidXLogRecPtr;
+
+	if (f == NULL)
+		return InvalidXLogRecPtr;
+	while (fgets(line, sizeof(line), f) != NULL)
+	{
+		uint32		hi,
+					lo;
+
+		if (sscanf(line, "START WAL LOCATION: %X/%X", &hi, &lo) == 2)
+		{
+			start = ((uint64) hi << 32) | lo;
+			break;
+		}
+	}
+	FreeFile(f);
+	return start;
+}
+
+/*
  * A write window may have been open at the crash: WAL beyond what survives
  * may be on a standby or in the archive.  End recovery on a new timeline.
  *
@@ -570,6 +601,17 @@ pmwal_restore(bool crash_restart)
 		return;
 	}
 
+	if (stat(BACKUP_LABEL_FILE, &st) == 0 && head <= backup_label_start())
+	{
+		ereport(LOG,
+				(errmsg("pmwal ring \"%s\" holds only WAL older than the base backup this data directory is restored from; not restored", pmwal_path),
+				 errdetail("The ring holds %X/%X to %X/%X; the backup starts at %X/%X (\"%s\").",
+						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
+						   LSN_FORMAT_ARGS(backup_label_start()), BACKUP_LABEL_FILE)));
+		empty_ring(hdr);
+		pfree(control);
+		return;
+	}
 	if (stat(BACKUP_LABEL_FILE, &st) == 0)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -1,0 +1,109 @@
+# A base backup restored onto a machine whose ring path still holds the
+# ring of the server the backup came from (issue 11): backup_label and a
+# signal file are present.
+#
+#	1. the ring's WAL is older than the backup (recovery.signal, WAL from
+#	   the archive): nothing is at risk, the backup holds all of it.  The
+#	   start must go on, drop the ring without writing it into pg_wal, and
+#	   every commit acknowledged before the backup is there.
+#	2. the ring's WAL goes past the backup's start (standby.signal): it may
+#	   hold commits that exist nowhere else.  The start is refused with
+#	   nothing written; with a ring path of its own the node starts.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PmwalTest;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use File::Copy ();
+
+my $restored_re = qr/pmwal restored WAL/;
+
+for my $case ('older', 'newer')
+{
+	my $primary = pmwal_node("primary_$case", size => '64MB',
+		init => { allows_streaming => 1, has_archiving => 1 },
+		conf => QUIET_WAL . "pmwal.flush_interval = 60s\n");
+	my $ring = $primary->{pmwal_ring};
+	powercut_start($primary);
+	$primary->safe_psql('postgres', 'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY)');
+	wait_accelerated($primary, 't') or die "$case: commits are not accelerated";
+	$primary->backup('b') if $case eq 'newer';
+
+	my $load = acked_load_start($primary, tag => $case);
+	$primary->poll_query_until('postgres', 'SELECT count(*) >= 2000 FROM t')
+	  or die "$case: the load does not run: ${ $load->{err} }";
+	if ($case eq 'older')
+	{
+		# the ring as it was before the backup: with the load ended and the
+		# flusher held it does not change, and the backup's own WAL (its
+		# checkpoint) comes after all of it
+		$load->{h}->kill_kill;
+		acked_load_finish($load);
+		stop_server_process($primary, 'flusher');
+		$ring = "/dev/shm/pmwal_tap_older_copy_$$.ring";
+		File::Copy::copy($primary->{pmwal_ring}, $ring) or die "copy: $!";
+		chmod 0600, $ring;
+		$primary->backup('b');
+		$primary->stop('immediate');
+	}
+	else
+	{
+		my $cut = powercut($primary);
+		note("$case: $cut->{summary}");
+		acked_load_finish($load);
+	}
+	my ($tail, $head) = map { ring_read_u64($ring, $_) } qw(tail head);
+	cmp_ok($head, '>', $tail, "$case: the primary's ring holds WAL");
+	my ($start_hi, $start_lo) = slurp_file($primary->backup_dir . '/b/backup_label')
+	  =~ /START WAL LOCATION: ([0-9A-F]+)\/([0-9A-F]+)/;
+	my $start = hex($start_hi) * 2**32 + hex($start_lo);
+	if ($case eq 'older')
+	{
+		cmp_ok($head, '<=', $start, "$case: all of the ring's WAL precedes the backup's start");
+	}
+	else
+	{
+		cmp_ok($head, '>', $start, "$case: the ring's WAL goes past the backup's start");
+	}
+
+	# the backup, restored where the primary was, on the primary's ring
+	my $node = pmwal_standby($primary, "restored_$case", 'b', ring => $ring, size => '64MB',
+		init => $case eq 'older' ? { has_restoring => 1, standby => 0 } : { has_streaming => 1 });
+	my $offset = -s $node->logfile;
+	my $up = $node->start(fail_ok => 1);
+	my $log = slurp_file($node->logfile, $offset);
+	unlike($log, $restored_re, "$case: nothing of the ring is written into pg_wal");
+	if ($case eq 'older')
+	{
+		ok($up, "$case: the restored node starts");
+		like($log, qr/pmwal ring "[^"]+" holds only WAL older than the base backup this data directory is restored from; not restored/,
+			"$case: the ring is dropped as older than the backup");
+		is(ring_read_u64($ring, 'head'), ring_read_u64($ring, 'tail'), "$case: the ring is empty");
+		$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+		  or die "$case: archive recovery does not end";
+		my ($n, $missing) = acked_check($node, $load);
+		is($missing, 0, "$case: all $n commits acknowledged before the backup are present");
+		$node->stop;
+		unlink $ring;
+	}
+	else
+	{
+		ok(!$up, "$case: the restored node refuses to start");
+		$node->stop('immediate') if $up;
+		like($log, qr/FATAL:  pmwal ring "[^"]+" holds WAL, but this data directory is being restored from a base backup; nothing was restored/,
+			"$case: FATAL says why");
+		is(ring_read_u64($ring, 'head'), $head, "$case: the ring still holds its WAL");
+		# given a ring of its own, the node starts as the standby it is
+		my $own = "/dev/shm/pmwal_tap_own_${case}_$$.ring";
+		set_conf($node, 'pmwal.path' => $own);
+		ok($node->start(fail_ok => 1), "$case: with a ring of its own the node starts");
+		$node->stop('immediate') if $node->{_pid};
+		unlink $own;
+	}
+}
+
+done_testing();
