@@ -474,6 +474,60 @@ backup_label_start(void)
 }
 
 /*
+ * What pmwal writes into the recovery.signal it creates (PostgreSQL ignores
+ * the content), so that a later start can tell it from one an operator
+ * created for a point-in-time recovery.
+ */
+#define OWN_SIGNAL_TEXT "created by pmwal: end recovery on a new timeline after a power cut\n"
+
+static bool
+own_recovery_signal(void)
+{
+	char		buf[sizeof(OWN_SIGNAL_TEXT)] = {0};
+	int			fd = open(RECOVERY_SIGNAL_FILE, O_RDONLY | PG_BINARY | O_CLOEXEC);
+	ssize_t		n;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n == (ssize_t) strlen(OWN_SIGNAL_TEXT) && strcmp(buf, OWN_SIGNAL_TEXT) == 0;
+}
+
+/*
+ * The archive recovery pmwal asks for only has to end on a new timeline:
+ * it needs a restore_command (one that finds nothing, when none is set),
+ * and must not stop at a recovery target left in postgresql.conf from an
+ * earlier point-in-time recovery (stock crash recovery ignores those).
+ * Set for this postmaster's life; the settings matter only in recovery.
+ */
+static void
+own_recovery_settings(void)
+{
+	static const char *const targets[] = {
+		"recovery_target", "recovery_target_lsn", "recovery_target_name",
+		"recovery_target_time", "recovery_target_xid"
+	};
+	const char *restore_command = GetConfigOption("restore_command", false, false);
+
+	if (restore_command == NULL || restore_command[0] == '\0')
+		SetConfigOption("restore_command", "false", PGC_POSTMASTER, PGC_S_OVERRIDE);
+	for (size_t i = 0; i < lengthof(targets); i++)
+	{
+		const char *value = GetConfigOption(targets[i], true, false);
+
+		if (value != NULL && value[0] != '\0')
+		{
+			ereport(LOG,
+					(errmsg("pmwal: recovery ignores %s = '%s' (the recovery pmwal asked for only ends on a new timeline)",
+							targets[i], value)));
+			SetConfigOption(targets[i], "", PGC_POSTMASTER, PGC_S_OVERRIDE);
+		}
+	}
+	SetConfigOption("recovery_target_timeline", "latest", PGC_POSTMASTER, PGC_S_OVERRIDE);
+}
+
+/*
  * A write window may have been open at the crash: WAL beyond what survives
  * may be on a standby or in the archive.  End recovery on a new timeline.
  *
@@ -493,7 +547,6 @@ end_recovery_on_new_timeline(ControlFileData *control, XLogRecPtr exposed_at)
 	ControlFileData *shared;
 	bool		found;
 	struct stat st;
-	const char *restore_command;
 
 	if (stat(STANDBY_SIGNAL_FILE, &st) == 0)
 		return;					/* a standby follows its primary's timeline */
@@ -520,18 +573,12 @@ end_recovery_on_new_timeline(ControlFileData *control, XLogRecPtr exposed_at)
 			ereport(FATAL,
 					(errcode_for_file_access(),
 					 errmsg("could not create file \"%s\": %m", RECOVERY_SIGNAL_FILE)));
+		write_fully(fd, OWN_SIGNAL_TEXT, strlen(OWN_SIGNAL_TEXT), 0, RECOVERY_SIGNAL_FILE);
 		pmwal_fsync_fd(fd, RECOVERY_SIGNAL_FILE, FATAL);
 		close(fd);
 		pmwal_fsync_path(".", true, FATAL);
+		own_recovery_settings();
 	}
-	/*
-	 * Archive recovery needs a restore_command: use one that finds nothing
-	 * when none is set.  It stays set for this postmaster's life, and
-	 * matters only in recovery.
-	 */
-	restore_command = GetConfigOption("restore_command", false, false);
-	if (restore_command == NULL || restore_command[0] == '\0')
-		SetConfigOption("restore_command", "false", PGC_POSTMASTER, PGC_S_OVERRIDE);
 	ereport(WARNING,
 			(errmsg("pmwal: WAL after %X/%X may have reached standbys or the WAL archive without surviving here; recovery will end on a new timeline",
 					LSN_FORMAT_ARGS(exposed_at)),
@@ -570,6 +617,9 @@ pmwal_restore(bool crash_restart)
 
 	if (pmwal_ring == NULL)
 		return;
+	/* a start after one that asked for a new timeline and did not finish */
+	if (!crash_restart && own_recovery_signal())
+		own_recovery_settings();
 	hdr = pmwal_ring->hdr;
 	control = get_controlfile(DataDir, &crc_ok);
 	redo = control->checkPointCopy.redo;
