@@ -48,6 +48,13 @@ for my $case ('older', 'newer')
 		File::Copy::copy($primary->{pmwal_ring}, $ring) or die "copy: $!";
 		chmod 0600, $ring;
 		$primary->backup('b');
+		# the archive must hold the backup's WAL whole before the server
+		# goes (the test's archive_command, cp, is not atomic)
+		my $seg = $primary->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_lsn())');
+		$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
+		$primary->poll_query_until('postgres',
+			"SELECT '$seg' <= last_archived_wal FROM pg_stat_archiver")
+		  or die "$case: the backup's WAL is not archived";
 		$primary->stop('immediate');
 	}
 	else
