@@ -50,7 +50,9 @@ for my $case ('older', 'newer')
 		$primary->backup('b');
 		# the archive must hold the backup's WAL whole before the server
 		# goes (the test's archive_command, cp, is not atomic)
-		my $seg = $primary->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_lsn())');
+		# (a record first: a switch at a segment's very start does nothing)
+		my $seg = $primary->safe_psql('postgres',
+			q{SELECT pg_walfile_name(pg_logical_emit_message(false, 'archive', 'me'))});
 		$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
 		$primary->poll_query_until('postgres',
 			"SELECT '$seg' <= last_archived_wal FROM pg_stat_archiver")
