@@ -651,24 +651,28 @@ pmwal_restore(bool crash_restart)
 		return;
 	}
 
-	if (stat(BACKUP_LABEL_FILE, &st) == 0 && head <= backup_label_start())
-	{
-		ereport(LOG,
-				(errmsg("pmwal ring \"%s\" holds only WAL older than the base backup this data directory is restored from; not restored", pmwal_path),
-				 errdetail("The ring holds %X/%X to %X/%X; the backup starts at %X/%X (\"%s\").",
-						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
-						   LSN_FORMAT_ARGS(backup_label_start()), BACKUP_LABEL_FILE)));
-		empty_ring(hdr);
-		pfree(control);
-		return;
-	}
 	if (stat(BACKUP_LABEL_FILE, &st) == 0)
+	{
+		XLogRecPtr	backup_start = backup_label_start();
+
+		if (head <= backup_start)
+		{
+			ereport(LOG,
+					(errmsg("pmwal ring \"%s\" holds only WAL older than the base backup this data directory is restored from; not restored", pmwal_path),
+					 errdetail("The ring holds %X/%X to %X/%X; the backup starts at %X/%X (\"%s\").",
+							   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
+							   LSN_FORMAT_ARGS(backup_start), BACKUP_LABEL_FILE)));
+			empty_ring(hdr);
+			pfree(control);
+			return;
+		}
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal ring \"%s\" holds WAL, but this data directory is being restored from a base backup; nothing was restored", pmwal_path),
 				 errdetail("The ring holds %X/%X to %X/%X, and \"%s\" exists.  That WAL may belong to the server the backup was taken from.",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), BACKUP_LABEL_FILE),
 				 errhint("If that server is gone and its archive lacks this WAL, save it with \"pmwal_ctl dump\" into the archive; then \"pmwal_ctl reset --discard-wal\", or give this server another pmwal.path.")));
+	}
 
 	pmwal_restore_history_init(control);
 	if (head <= redo_seg_start)
