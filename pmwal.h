@@ -238,6 +238,8 @@ extern void pmwal_restore_history_init(struct ControlFileData *control);
 extern TimeLineID pmwal_restore_timeline(struct ControlFileData *control, TimeLineID ring_tli,
 										 XLogRecPtr tail, XLogRecPtr head);
 extern int	pmwal_open_segment(XLogSegNo segno, char *path);
+extern void pmwal_reserve_promotion_timeline(struct ControlFileData *control,
+											 XLogRecPtr shipped_after);
 
 /* gate.c */
 extern void pmwal_gate_init(void);

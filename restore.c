@@ -28,8 +28,9 @@
  * survives may have reached a standby or the WAL archive.  Recovery then
  * ends on a new timeline (recovery.signal), so that a standby or archive
  * ahead of this server sees the fork and stops, instead of splicing two
- * histories at the same LSNs.  Not at a crash-restart of a running
- * postmaster: the page cache kept that WAL.
+ * histories at the same LSNs; the timeline ID a standby's promotion would
+ * take is left to it (restore_timeline.c).  Not at a crash-restart of a
+ * running postmaster: the page cache kept that WAL.
  *
  * The ring's WAL goes back on its own timeline, which right after a
  * promotion may be newer than the one pg_control names; reading pg_wal
@@ -498,8 +499,11 @@ own_recovery_signal(void)
  * The archive recovery pmwal asks for only has to end on a new timeline:
  * it needs a restore_command (one that finds nothing, when none is set),
  * and must not stop at a recovery target left in postgresql.conf from an
- * earlier point-in-time recovery (stock crash recovery ignores those).
- * Set for this postmaster's life; the settings matter only in recovery.
+ * earlier point-in-time recovery (stock crash recovery ignores those).  It
+ * replays this server's own timeline, the one crash recovery would
+ * ('current'), not the newest one an archive shared with a promoted
+ * standby knows.  Set for this postmaster's life; the settings matter only
+ * in recovery.
  */
 static void
 own_recovery_settings(void)
@@ -524,7 +528,7 @@ own_recovery_settings(void)
 			SetConfigOption(targets[i], "", PGC_POSTMASTER, PGC_S_OVERRIDE);
 		}
 	}
-	SetConfigOption("recovery_target_timeline", "latest", PGC_POSTMASTER, PGC_S_OVERRIDE);
+	SetConfigOption("recovery_target_timeline", "current", PGC_POSTMASTER, PGC_S_OVERRIDE);
 }
 
 /*
@@ -566,7 +570,10 @@ end_recovery_on_new_timeline(ControlFileData *control, XLogRecPtr exposed_at)
 	}
 	if (stat(RECOVERY_SIGNAL_FILE, &st) != 0)
 	{
-		int			fd = open(RECOVERY_SIGNAL_FILE, O_WRONLY | O_CREAT | O_EXCL | PG_BINARY | O_CLOEXEC,
+		int			fd;
+
+		pmwal_reserve_promotion_timeline(control, exposed_at);
+		fd = open(RECOVERY_SIGNAL_FILE, O_WRONLY | O_CREAT | O_EXCL | PG_BINARY | O_CLOEXEC,
 							  pg_file_create_mode);
 
 		if (fd < 0)

@@ -38,12 +38,16 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "access/timeline.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_control.h"
+#include "common/archive.h"
+#include "port.h"
+#include "utils/guc.h"
 
 #include "pmwal.h"
 
@@ -184,4 +188,89 @@ pmwal_open_segment(XLogSegNo segno, char *path)
 			return fd;
 	}
 	return -1;
+}
+
+/*
+ * Does the archive hold the history file "fname"?  Asked the way recovery
+ * asks, through restore_command, into a scratch file in pg_wal.
+ */
+static bool
+archive_has(const char *fname, XLogRecPtr redo, TimeLineID redo_tli)
+{
+	const char *restore_command = GetConfigOption("restore_command", true, false);
+	char		scratch[MAXPGPATH];
+	char		lastRestartPointFname[MAXFNAMELEN];
+	char	   *command;
+	XLogSegNo	segno;
+	struct stat st;
+	int			rc;
+	bool		found;
+
+	if (restore_command == NULL || restore_command[0] == '\0')
+		return false;
+	snprintf(scratch, sizeof(scratch), XLOGDIR "/pmwal_probe.history");
+	unlink(scratch);
+	XLByteToSeg(redo, segno, wal_segment_size);
+	XLogFileName(lastRestartPointFname, redo_tli, segno, wal_segment_size);
+	command = BuildRestoreCommand(restore_command, scratch, fname, lastRestartPointFname);
+	fflush(NULL);
+	rc = system(command);
+	if (rc == -1 || WIFSIGNALED(rc) || (WIFEXITED(rc) && WEXITSTATUS(rc) > 125))
+		ereport(FATAL,
+				(errcode(ERRCODE_SYSTEM_ERROR),
+				 errmsg("pmwal could not ask the archive for \"%s\": restore_command failed: %s",
+						fname, wait_result_to_str(rc)),
+				 errdetail("The failed command was: %s", command)));
+	found = rc == 0 && stat(scratch, &st) == 0;
+	unlink(scratch);
+	pfree(command);
+	return found;
+}
+
+/*
+ * Leave the next timeline to a standby's promotion, before a restore's
+ * recovery ends on a new timeline (a write window was open, restore.c).
+ *
+ * That recovery runs on the old primary, often while a standby of it is
+ * promoted, and both would pick the same timeline ID: the one after the
+ * newest they know.  Two histories under one ID defeat pg_rewind ("source
+ * and target cluster are on the same timeline", so no rewind) and let a
+ * standby follow the wrong one.  So the restore writes a history file for
+ * the first ID that neither pg_wal nor the archive knows -- the one a
+ * standby's promotion takes -- and recovery, which targets the timeline
+ * it starts on (recovery_target_timeline = 'current'), selects the ID after
+ * it.  The file names the point after which WAL may have been shipped; no
+ * WAL is ever written on that timeline.  It is archived like any history
+ * file, so that an archive has no gap in its timeline IDs (recovery's
+ * search for the latest timeline stops at the first missing one).
+ */
+void
+pmwal_reserve_promotion_timeline(ControlFileData *control, XLogRecPtr shipped_after)
+{
+	TimeLineID	target = Max(control->minRecoveryPointTLI,
+							 control->checkPointCopy.ThisTimeLineID);
+	TimeLineID	reserved;
+	char		fname[MAXFNAMELEN];
+	char		path[MAXPGPATH];
+	struct stat st;
+
+	for (reserved = target + 1;; reserved++)
+	{
+		TLHistoryFileName(fname, reserved);
+		TLHistoryFilePath(path, reserved);
+		if (stat(path, &st) != 0 &&
+			!archive_has(fname, control->checkPointCopy.redo,
+						 control->checkPointCopy.ThisTimeLineID))
+			break;
+	}
+	writeTimeLineHistory(reserved, target, shipped_after,
+						 "pmwal: no WAL; left for the promotion of a standby that may hold WAL after this point");
+	/* PostgreSQL's own syncs are no-ops under fsync = off (pg_rewind's -F) */
+	pmwal_fsync_path(path, false, FATAL);
+	pmwal_fsync_path(XLOGDIR, true, FATAL);
+	ereport(LOG,
+			(errmsg("pmwal leaves timeline %u to a standby's promotion: recovery ends on timeline %u or later",
+					reserved, reserved + 1),
+			 errdetail("A standby of this server promoted meanwhile takes timeline %u; two histories under one timeline ID would defeat pg_rewind.",
+					   reserved)));
 }

@@ -51,13 +51,15 @@ sub wal_bytes
 	return $bytes;
 }
 
-# Where timeline 1 ends in the node's history (from 00000002.history), or
-# undef if the node is still on timeline 1.
+# Where timeline 1 ends in the history of the node's timeline (from the
+# newest history file: a restore that ends on a new timeline leaves the
+# one before it to a standby's promotion), or undef if the node is still
+# on timeline 1.
 sub tli1_end
 {
 	my ($datadir) = @_;
-	my $hist = "$datadir/pg_wal/00000002.history";
-	return undef unless -f $hist;
+	my ($hist) = sort { $b cmp $a } glob("$datadir/pg_wal/*.history");
+	return undef unless defined $hist;
 	my ($lsn) = slurp_file($hist) =~ /^1\s+([0-9A-F]+\/[0-9A-F]+)/m;
 	return lsn_num($lsn);
 }

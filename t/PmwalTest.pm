@@ -838,6 +838,40 @@ sub stop_server_process
 	die "stop_server_process: the $which ($pid) is never stopped in $idle";
 }
 
+# Hold a committer exactly inside its write window (pause point
+# commit_after_write: written without fsync, not yet in the ring), with
+# the WAL writer and the flusher off the CPU so that neither closes the
+# window first.  The committer inserts $id_from + try into $table.  A
+# commit may legitimately take the ordinary path instead of a window; then
+# it is acknowledged, and another one is held: three tries.  Returns the
+# background psql of the held commit (bg_psql), its id, and the ids that
+# were acknowledged on the way.
+push @EXPORT, qw(hold_in_write_window);
+sub hold_in_write_window
+{
+	my ($node, $table, $id_from) = @_;
+	stop_server_process($node, $_) for qw(walwriter flusher);
+	my @acked;
+	for my $try (1 .. 3)
+	{
+		my $id = $id_from + $try;
+		my $before = pmwal_status($node);
+		my $offset = -s $node->logfile;
+		my $held = bg_psql($node, "SET pmwal.test_pause = 'commit_after_write'",
+			"INSERT INTO $table VALUES ($id)");
+		return ($held, $id, \@acked)
+		  if pause_or_exit($node, 'commit_after_write', $offset, $held);
+		my ($rc, $out, $err) = bg_psql_finish($held);
+		die "the commit to hold failed: $err" if $rc != 0;
+		push @acked, $id;
+		my $after = pmwal_status($node);
+		Test::More::diag("try $try: the commit did not open a write window; pmwal_status before and after:\n"
+			  . join('', map { "  $_: $before->{$_} -> $after->{$_}\n" }
+				  grep { ($before->{$_} // '') ne ($after->{$_} // '') } sort keys %$after));
+	}
+	BAIL_OUT('no commit could be held in its write window');
+}
+
 # Digest of every file in the node's pg_wal and of its ring.
 sub wal_fingerprint
 {
