@@ -399,8 +399,8 @@ sub powercut_kill
 }
 
 # Apply the power cut to pg_wal from the log; returns the summary as a
-# hash (undone, bytes, removed, renames, durable, records) and notes the
-# report.  The log is kept as powercut.log.cut for inspection.
+# hash (undone, bytes, removed, renames, durable, records, undone_range:
+# file name => [from, to) of its undone writes) and notes the report.  The log is kept as powercut.log.cut for inspection.
 sub powercut_cut
 {
 	my ($node) = @_;
@@ -417,6 +417,9 @@ sub powercut_cut
 	  $summary =~ /(\d+) writes undone \((\d+) bytes\), (\d+) files removed, (\d+) renames undone; (\d+) writes durable/;
 	($s{records}) = $summary =~ /(\d+) records/;
 	$s{summary} = $summary;
+	# per file, the byte range the undone writes spanned
+	$s{undone_range}{$1} = [ $2, $3 ]
+	  while $out =~ /^powercut: (\w+): undid \d+ writes, \d+ bytes, in \[(\d+), (\d+)\)/mg;
 	rename $log, "$log.cut";
 	delete $node->{powercut_log};
 	return \%s;
@@ -679,7 +682,8 @@ sub without_ring_query
 	chmod 0700, $copy->data_dir;
 	unlink $copy->data_dir . '/postmaster.pid';
 	$copy->append_conf('postgresql.conf',
-		"port = " . $copy->port . "\npmwal.path = ''\nrestart_after_crash = off\n");
+		"port = " . $copy->port . "\npmwal.path = ''\nrestart_after_crash = off\n"
+		  . "archive_mode = off\n");
 	my $result;
 	if ($copy->start(fail_ok => 1))
 	{
