@@ -224,8 +224,8 @@ extern void wal_read_close(void);
 extern void pmwal_sync_upto(XLogRecPtr upto, XLogRecPtr boundary);
 extern void pmwal_ensure_durable(XLogRecPtr end, bool is_commit);
 extern XLogRecPtr pmwal_write_boundary(void);
-extern void pmwal_fsync_fd(int fd, const char *path, int elevel);
-extern void pmwal_fsync_path(const char *path, bool isdir, int elevel);
+extern bool pmwal_fsync_fd(int fd, const char *path, int elevel);
+extern bool pmwal_fsync_path(const char *path, bool isdir, int elevel);
 extern int	pmwal_prepare_segments(XLogRecPtr upto, TimeLineID tli);
 
 /* restore.c */

@@ -51,6 +51,7 @@
 #include "postgres.h"
 
 #include <fcntl.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,6 +65,8 @@
 #include "miscadmin.h"
 #include "portability/instr_time.h"
 #include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/pg_shmem.h"
 #include "storage/shmem.h"
 #include "utils/guc.h"
 
@@ -279,13 +282,15 @@ write_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 /*
  * Sync every WAL segment from "first" on (any timeline) and pg_wal/: after
  * a crash, WAL written but never synced may sit in the page cache beyond
- * the ring's head; redo will replay it, so make it durable first.
+ * the ring's head; redo will replay it, so make it durable first.  False
+ * if a sync failed (reported at "elevel").
  */
-static void
+static bool
 sync_segments_from(XLogSegNo first, int elevel)
 {
 	DIR		   *dir = AllocateDir(XLOGDIR);
 	struct dirent *de;
+	bool		ok = true;
 
 	while ((de = ReadDirExtended(dir, XLOGDIR, elevel)) != NULL)
 	{
@@ -299,10 +304,11 @@ sync_segments_from(XLogSegNo first, int elevel)
 		if (segno < first)
 			continue;
 		snprintf(path, sizeof(path), XLOGDIR "/%s", de->d_name);
-		pmwal_fsync_path(path, false, elevel);
+		ok &= pmwal_fsync_path(path, false, elevel);
 	}
 	FreeDir(dir);
-	pmwal_fsync_path(XLOGDIR, true, elevel);
+	ok &= pmwal_fsync_path(XLOGDIR, true, elevel);
+	return ok;
 }
 
 /* Mark the ring empty (its WAL is in pg_wal now) and not exposed. */
@@ -743,10 +749,40 @@ pmwal_restore(bool crash_restart)
 }
 
 /*
+ * Is this process the only one attached to PostgreSQL's shared memory?
+ * Every server process but the logger inherits the attachment, and a
+ * process that is gone has dropped it: the count is PostgreSQL's own test
+ * for a server still running in a data directory.
+ */
+static bool
+last_process_attached(void)
+{
+	struct shmid_ds ds;
+	int			shmid;
+
+	/* PostgreSQL keeps the segment's key */
+	if (UsedShmemSegID == 0)
+		return false;
+	shmid = shmget((key_t) UsedShmemSegID, sizeof(PGShmemHeader), 0);
+	return shmid >= 0 && shmctl(shmid, IPC_STAT, &ds) == 0 && ds.shm_nattch == 1;
+}
+
+/*
  * on_shmem_exit of the process that attached the ring (the postmaster, or a
- * standalone backend such as pg_rewind's "postgres --single -F"): under
- * fsync = off, PostgreSQL's shutdown checkpoint was not synced, and
- * pg_control may name it after a power cut.  Sync pg_wal for real.
+ * standalone backend such as pg_rewind's "postgres --single -F").
+ *
+ * Under fsync = off, PostgreSQL's shutdown checkpoint was not synced, and
+ * pg_control may name it after a power cut: sync pg_wal for real.
+ *
+ * An immediate shutdown (or a crash with restart_after_crash off) leaves
+ * the ring holding WAL, maybe exposed.  Once no other server process is
+ * left, everything any of them wrote -- all the ring holds, all a walsender
+ * or the archiver could have sent -- is in the page cache: synced now, it
+ * is durable in pg_wal, and the ring is emptied.  The next start then
+ * neither restores nor ends recovery on a new timeline, as after a
+ * crash-restart.  Not at a crash-restart's own reset of shared memory
+ * (no proc_exit): its restore follows at once.  If a sync fails, the ring
+ * stays for the next start's restore.
  */
 void
 pmwal_exit_sync(int code, Datum arg)
@@ -754,11 +790,31 @@ pmwal_exit_sync(int code, Datum arg)
 	ControlFileData *control;
 	bool		crc_ok;
 	XLogSegNo	first;
+	RingHeader *hdr;
+	bool		ring_needed;
 
-	if (pmwal_ring == NULL || enableFsync)
+	if (pmwal_ring == NULL)
+		return;
+	hdr = pmwal_ring->hdr;
+	ring_needed = hdr->state.v == RING_STATE_IN_USE &&
+		(ring_holds_wal(hdr) || hdr->exposed.v != 0) &&
+		proc_exit_inprogress && last_process_attached();
+	if (enableFsync && !ring_needed)
 		return;
 	control = get_controlfile(DataDir, &crc_ok);
 	XLByteToSeg(control->checkPointCopy.redo, first, wal_segment_size);
-	sync_segments_from(first, WARNING);
+	if (sync_segments_from(first, WARNING) && ring_needed)
+	{
+		if (ring_set_word(&hdr->tail.v, hdr->head.v) &&
+			ring_set_word(&hdr->exposed.v, 0) &&
+			ring_set_word(&hdr->state.v, RING_STATE_EMPTY))
+			ereport(LOG,
+					(errmsg("pmwal synced pg_wal from %X/%X after the last server process exited; the ring is empty",
+							LSN_FORMAT_ARGS(control->checkPointCopy.redo))));
+		else
+			ereport(WARNING,
+					(errcode_for_file_access(),
+					 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_path)));
+	}
 	pfree(control);
 }

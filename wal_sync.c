@@ -51,9 +51,10 @@
 
 /*
  * fsync (or fdatasync, for a file) "fd" for real, whatever the fsync
- * setting says; failure is reported at "elevel".
+ * setting says; failure is reported at "elevel" (and false returned, when
+ * that is below ERROR).
  */
-void
+bool
 pmwal_fsync_fd(int fd, const char *path, int elevel)
 {
 	int			rc;
@@ -65,31 +66,35 @@ pmwal_fsync_fd(int fd, const char *path, int elevel)
 		ereport(elevel,
 				(errcode_for_file_access(),
 				 errmsg("could not fsync file \"%s\": %m", path)));
+	return rc == 0;
 }
 
 /* Like pmwal_fsync_fd, by path; "isdir" for a directory. */
-void
+bool
 pmwal_fsync_path(const char *path, bool isdir, int elevel)
 {
 	int			fd = open(path, (isdir ? O_RDONLY : O_RDWR) | PG_BINARY | O_CLOEXEC);
+	bool		ok;
 
 	if (fd < 0)
 	{
 		ereport(elevel,
 				(errcode_for_file_access(),
 				 errmsg("could not open file \"%s\": %m", path)));
-		return;
+		return false;
 	}
 	if (isdir)
 	{
-		if (fsync(fd) != 0)
+		ok = fsync(fd) == 0;
+		if (!ok)
 			ereport(elevel,
 					(errcode_for_file_access(),
 					 errmsg("could not fsync file \"%s\": %m", path)));
 	}
 	else
-		pmwal_fsync_fd(fd, path, elevel);
+		ok = pmwal_fsync_fd(fd, path, elevel);
 	close(fd);
+	return ok;
 }
 
 /* fdatasync one segment; false if a checkpoint removed it meanwhile. */

@@ -55,7 +55,7 @@ my %static = (
 	wal_block_size => [ 32, 'L<' ],
 	capacity => [ 40, 'Q<' ],
 	crc => [ 48, 'L<' ],);
-my %word = (tail => 64, last_end => 128, head => 192, state => 256);
+my %word = (tail => 64, last_end => 128, head => 192, state => 256, exposed => 320);
 
 no warnings 'portable';
 use constant RING_STATE_EMPTY => 0x454d505459000001;
@@ -223,16 +223,19 @@ sub _rw
 	return $buf;
 }
 
-# Read or write one dynamic header word (tail, last_end, head, state).
+# Read or write one dynamic header word (tail, last_end, head, state,
+# exposed).
 sub ring_read_u64
 {
 	my ($path, $name) = @_;
+	die "ring_read_u64: no header word '$name'" unless exists $word{$name};
 	return unpack('Q<', _rw($path, $word{$name}, 8));
 }
 
 sub ring_write_u64
 {
 	my ($path, $name, $value) = @_;
+	die "ring_write_u64: no header word '$name'" unless exists $word{$name};
 	_rw($path, $word{$name}, 8, pack('Q<', $value));
 	return;
 }
