@@ -162,6 +162,7 @@ _PG_init(void)
 
 	if (pmwal_path[0] != '\0')
 	{
+		pmwal_watch_panics();
 		pmwal_flusher_register();
 		pmwal_commit_init();
 		pmwal_gate_init();

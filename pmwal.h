@@ -170,6 +170,7 @@ typedef struct PmwalShared
 	XLogSegNo	dir_synced_segno;	/* pg_wal/ fsynced since it existed */
 	pid_t		flusher_pid;
 	Latch	   *flusher_latch;
+	pg_atomic_uint32 panicked;	/* a process PANICked since the last reset */
 	ConditionVariable space_cv; /* committers waiting for room */
 	pg_atomic_uint32 space_waiters;
 
@@ -231,6 +232,7 @@ extern int	pmwal_prepare_segments(XLogRecPtr upto, TimeLineID tli);
 /* restore.c */
 extern void pmwal_restore(bool crash_restart);
 extern void pmwal_exit_sync(int code, Datum arg);
+extern void pmwal_watch_panics(void);
 
 /* restore_timeline.c */
 struct ControlFileData;

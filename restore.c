@@ -630,8 +630,11 @@ pmwal_restore(bool crash_restart)
 
 	if (pmwal_ring == NULL)
 		return;
-	/* a start after one that asked for a new timeline and did not finish */
-	if (!crash_restart && own_recovery_signal())
+	/*
+	 * A start after one that asked for a new timeline and did not finish
+	 * (unless an operator has made the node a standby since).
+	 */
+	if (!crash_restart && own_recovery_signal() && stat(STANDBY_SIGNAL_FILE, &st) != 0)
 		own_recovery_settings();
 	hdr = pmwal_ring->hdr;
 	control = get_controlfile(DataDir, &crc_ok);
@@ -781,8 +784,11 @@ last_process_attached(void)
  * is durable in pg_wal, and the ring is emptied.  The next start then
  * neither restores nor ends recovery on a new timeline, as after a
  * crash-restart.  Not at a crash-restart's own reset of shared memory
- * (no proc_exit): its restore follows at once.  If a sync fails, the ring
- * stays for the next start's restore.
+ * (no proc_exit): its restore follows at once.  Not after a PANIC either:
+ * a failed fsync (the usual reason for one) leaves pages in the page cache
+ * that look clean but never reached the disk, and a second fsync reports
+ * success; the next start's restore writes the ring's WAL anew instead.
+ * If a sync fails here, the ring stays too.
  */
 void
 pmwal_exit_sync(int code, Datum arg)
@@ -798,7 +804,8 @@ pmwal_exit_sync(int code, Datum arg)
 	hdr = pmwal_ring->hdr;
 	ring_needed = hdr->state.v == RING_STATE_IN_USE &&
 		(ring_holds_wal(hdr) || hdr->exposed.v != 0) &&
-		proc_exit_inprogress && last_process_attached();
+		proc_exit_inprogress && last_process_attached() &&
+		pg_atomic_read_u32(&pmwal_shared->panicked) == 0;
 	if (enableFsync && !ring_needed)
 		return;
 	control = get_controlfile(DataDir, &crc_ok);
@@ -817,4 +824,27 @@ pmwal_exit_sync(int code, Datum arg)
 					 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_path)));
 	}
 	pfree(control);
+}
+
+/*
+ * Remember in shared memory that some server process PANICked, for
+ * pmwal_exit_sync: emit_log_hook runs in the PANICking process just before
+ * it aborts.
+ */
+static emit_log_hook_type prev_emit_log_hook = NULL;
+
+static void
+note_panic(ErrorData *edata)
+{
+	if (edata->elevel >= PANIC && pmwal_shared != NULL)
+		pg_atomic_write_u32(&pmwal_shared->panicked, 1);
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
+}
+
+void
+pmwal_watch_panics(void)
+{
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = note_panic;
 }

@@ -100,6 +100,7 @@ pmwal_shmem_init(void)
 		pg_atomic_init_u64(&pmwal_shared->prepared_segno, 0);
 		pg_atomic_init_u32(&pmwal_shared->writes_open, 0);
 		pg_atomic_init_u64(&pmwal_shared->nosync_upto, 0);
+		pg_atomic_init_u32(&pmwal_shared->panicked, 0);
 		ConditionVariableInit(&pmwal_shared->space_cv);
 		pg_atomic_init_u32(&pmwal_shared->space_waiters, 0);
 		pmwal_shared->wait_event_space = pmwal_new_wait_event("PmwalRingSpace");
