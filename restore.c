@@ -535,6 +535,15 @@ own_recovery_settings(void)
 		}
 	}
 	SetConfigOption("recovery_target_timeline", "current", PGC_POSTMASTER, PGC_S_OVERRIDE);
+
+	/*
+	 * A standalone backend (pg_rewind's "postgres --single") cannot run
+	 * archive recovery as a hot standby: PostgreSQL 18 then takes a second
+	 * sinval slot for itself (FATAL "sinval slot for backend 0 is already
+	 * in use").  Nothing could connect anyway.
+	 */
+	if (!IsUnderPostmaster && !IsPostmasterEnvironment)
+		SetConfigOption("hot_standby", "off", PGC_POSTMASTER, PGC_S_OVERRIDE);
 }
 
 /*

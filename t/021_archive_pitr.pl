@@ -73,8 +73,7 @@ is($missing + $missing2, 0,
 	"the primary has all $acked + $acked2 commits acknowledged before and after the restore point");
 # finish the segment that holds the restore point on the new timeline,
 # and wait for the archive to have it
-my $last = $primary->safe_psql('postgres',
-	"SELECT pg_walfile_name(pg_current_wal_lsn()) FROM pg_switch_wal()");
+my $last = $primary->safe_psql('postgres', 'SELECT pg_walfile_name(pg_switch_wal())');
 $primary->poll_query_until('postgres',
 	"SELECT last_archived_wal >= '$last' FROM pg_stat_archiver")
   or die "the archiver does not archive $last";
