@@ -91,6 +91,7 @@ sub scenario
 	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
 	  or die "$tag: the load does not run: ${ $load->{err} }";
 	Time::HiRes::sleep(0.5 + rand(2.0));
+	$node->{ring_cut} = $opts{ring_cut} if $opts{ring_cut};
 	my $cut = powercut($node);
 	acked_load_finish($load);
 	$opts{before_restart}->() if $opts{before_restart};
@@ -128,6 +129,13 @@ my $pm = pmwal_node('pmwal', size => '64MB',
 $result{a} = scenario($pm, 'a_pmwal', pmwal => 1);
 ok($pm->log_contains(qr/pmwal restored WAL [0-9A-F\/]+ to [0-9A-F\/]+ from the ring into pg_wal/),
 	'a_pmwal: the ring was restored into pg_wal before redo');
+is($result{a}{cut}{ring_mode}, 'durable', 'a_pmwal: the ring was cut too: every line not drained reverted');
+
+# (a') the same, the ring cut at random: each line stored but not flushed
+# and drained reverted or kept, independently (seeded, noted)
+my $pmr = pmwal_node('pmwal_random', size => '64MB',
+	conf => $quiet_wal . "pmwal.flush_interval = 60s\n");
+$result{ar} = scenario($pmr, 'a_pmwal_random_ring', pmwal => 1, ring_cut => 'random');
 
 # (b) pmwal, but the ring is gone at the restart: commits must be lost
 my $pmb = pmwal_node('noring', size => '64MB',

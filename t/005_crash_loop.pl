@@ -88,6 +88,9 @@ for my $i (1 .. $iterations)
 		$counted{space_waits} += $st->{space_waits};
 		$counted{fallbacks} += $st->{$_} for grep { /^fallback_/ } keys %$st;
 	}
+	# the ring's cut alternates: durable (every line not flushed and drained
+	# reverted), random (each such line reverted or kept, seeded)
+	$node->{ring_cut} = $i % 2 ? 'durable' : 'random';
 	my $cut = powercut($node);
 	$node->adjust_conf('postgresql.auto.conf', 'pmwal.enabled', undef) if $toggle;
 	acked_load_finish($load);
@@ -103,7 +106,7 @@ for my $i (1 .. $iterations)
 	}
 	$restored++ if substr(slurp_file($node->logfile), $log_pos) =~ /pmwal restored WAL/;
 	my ($n, $missing, $extra) = acked_check($node, $load);
-	is($missing, 0, "iteration $i: all $n acknowledged transactions are present ($cut->{undone} writes undone by the cut)");
+	is($missing, 0, "iteration $i: all $n acknowledged transactions are present ($cut->{undone} writes undone by the cut; ring $cut->{ring_mode}: $cut->{ring_differ} lines differed, $cut->{ring_reverted} reverted)");
 	cmp_ok($extra, '<=', $load->{clients}, "iteration $i: at most one unacknowledged transaction per client ($extra)");
 	$node->safe_psql('postgres', 'TRUNCATE filler');
 }

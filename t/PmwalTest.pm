@@ -13,6 +13,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use PostgreSQL::Test::RecursiveCopy;
+use File::Copy ();
 
 our @EXPORT = qw(pmwal_node pmwal_standby ring_bytes crc32c ring_read_u64 ring_write_u64
   ring_set_static ring_field ring_state RING_STATE_EMPTY RING_STATE_IN_USE
@@ -307,7 +308,7 @@ my $powercut_tools =
 sub powercut_lib
 {
 	my $lib = "$powercut_tools/libpowercut.so";
-	if (!-f $lib || grep { -M $lib > -M "$powercut_tools/$_" } qw(powercut.c powercut.h))
+	if (!-f $lib || grep { -M $lib > -M "$powercut_tools/$_" } qw(powercut.c powercut.h ringrecord.c))
 	{
 		system('make', '-s', '-C', $powercut_tools) == 0
 		  or BAIL_OUT("could not build $lib");
@@ -317,16 +318,30 @@ sub powercut_lib
 
 # Start $node with the power-cut log on, in a fresh log file.  The previous
 # log, if any, was cut already: what it left on disk is the new baseline.
+# The ring's durable image (tools/powercut/ringrecord.c) starts as the ring
+# file as it is now; a ring the server creates gets one at its first flush.
 sub powercut_start
 {
 	my ($node, %params) = @_;
 	my $log = $node->basedir . '/powercut.log';
+	my $ring = $node->{pmwal_ring};
 
 	unlink $log;
 	$node->{powercut_log} = $log;
+	if (defined $ring)
+	{
+		unlink "$ring.durable", "$ring.durable.ts", "$ring.durable.lock", "$ring.hazards",
+		  "$ring.stops";
+		if (-f $ring)
+		{
+			File::Copy::copy($ring, "$ring.durable") or die "copy $ring: $!";
+			PostgreSQL::Test::Utils::append_to_file("$ring.durable.ts", '');
+		}
+	}
 	local $ENV{LD_PRELOAD} = powercut_lib();
 	local $ENV{POWERCUT_LOG} = $log;
 	local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
+	local $ENV{POWERCUT_RING} = $ring // '';
 	return $node->start(%params);
 }
 
@@ -425,7 +440,30 @@ sub powercut_cut
 	  while $out =~ /^powercut: (\w+): undid \d+ writes, \d+ bytes, in \[(\d+), (\d+)\)/mg;
 	rename $log, "$log.cut";
 	delete $node->{powercut_log};
+	ring_cut($node, \%s) if defined $node->{pmwal_ring} && -f $node->{pmwal_ring};
 	return \%s;
+}
+
+# The ring's part of the power cut (tools/powercut/ring_cut): lines that
+# differ from the durable image are reverted per the mode -- the node's
+# {ring_cut}, else PMWAL_RING_CUT, else 'durable' -- with a seed from
+# PMWAL_RING_CUT_SEED or a fresh one (noted, to replay a failure).  Adds
+# ring_mode, ring_differ, ring_reverted and ring_summary to $s.
+sub ring_cut
+{
+	my ($node, $s) = @_;
+	my $mode = $node->{ring_cut} // $ENV{PMWAL_RING_CUT} // 'durable';
+	my @seed = defined $ENV{PMWAL_RING_CUT_SEED} ? ('--seed', $ENV{PMWAL_RING_CUT_SEED}) : ();
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ $^X, "$powercut_tools/ring_cut", '--mode', $mode, @seed,
+			$node->{pmwal_ring} ], '>', \$out, '2>', \$err)
+	  or die "ring_cut failed: $err$out";
+	my ($summary) = $out =~ /^(ringcut: .*)$/m or die "ring_cut printed no summary: $out$err";
+	note($summary);
+	@$s{qw(ring_differ ring_reverted)} = $summary =~ /(\d+) lines differed, (\d+) reverted/;
+	$s->{ring_mode} = $mode;
+	$s->{ring_summary} = $summary;
+	return;
 }
 
 # Kill and cut in one go.

@@ -1,0 +1,545 @@
+/*-------------------------------------------------------------------------
+ *
+ * ringrecord.c
+ *		The ring half of libpowercut: a record of what persistent memory
+ *		really holds, kept from pmwal's libpmem calls and independent of
+ *		pmwal's bookkeeping.
+ *
+ * On x86 with ADR a store reaches the persistence domain only when its
+ * cache line is flushed (clwb, or a non-temporal store) and the flush is
+ * fenced (sfence, pmem_drain).  A line that was not flushed may still
+ * reach pmem at any time, through eviction.  The record models the first
+ * rule and leaves the second to the cut (ring_cut, modes durable, random,
+ * all):
+ *
+ *	- pmem_flush (and the flush inside pmem_persist, pmem_msync,
+ *	  pmem_memcpy_*, pmem_memset_*) takes a copy of the flushed lines, with
+ *	  a timestamp, into this process's pending list: cache-line granular,
+ *	  as clwb writes back whole lines.
+ *	- pmem_drain (and every *_persist) writes the pending copies of this
+ *	  process into the "durable image" (RING.durable), a line only if its
+ *	  copy is newer than the image's (RING.durable.ts), under a lock: the
+ *	  image survives a SIGKILL.  Flushes that no drain followed are lost
+ *	  with the process, as on hardware.
+ *	- The image starts as what the ring file held when the server started
+ *	  (the harness copies it; a ring created by the server starts as what
+ *	  the file held at its first flush).
+ *
+ * Ordering hazards: a flush of a header line (the first 4096 bytes: the
+ * words that publish data, such as head) while this process still has
+ * undrained flushes is logged in RING.hazards -- the header may reach pmem
+ * before the data it points to.  With POWERCUT_RING_STOP=hazard the
+ * process then stops itself (SIGSTOP) before that flush, freezing that
+ * crash state for the harness to kill and cut; with random:P it also
+ * stops at any libpmem call with probability P (logged in RING.stops).
+ *
+ * Active when POWERCUT_RING names the ring file; the ring is found by the
+ * address of the first call, in /proc/self/maps (pmwal maps it with its own
+ * mmap; children inherit the mapping and what this file knows of it).
+ *
+ * IDENTIFICATION
+ *		tools/powercut/ringrecord.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define LINE 64
+#define HEADER_BYTES 4096
+
+typedef struct Pending
+{
+	uint64_t	off;			/* line-aligned offset in the ring file */
+	uint64_t	len;			/* multiple of LINE */
+	uint64_t	ts;
+	char	   *bytes;
+} Pending;
+
+static bool ring_resolved = false;
+static bool ring_wanted = false;
+static char ring_path[PATH_MAX];
+static char *ring_base = NULL;	/* mapping of the ring file, once found */
+static uint64_t ring_len = 0;
+static bool ring_absent = false;	/* looked, no such mapping here */
+static pid_t files_pid = 0;		/* the files below were opened by this pid */
+static int	image_fd = -1;
+static int	ts_fd = -1;
+static int	lock_fd = -1;
+static Pending *pending = NULL;
+static int	npending = 0;
+static int	maxpending = 0;
+static pid_t pending_pid = 0;
+static enum
+{
+	STOP_NONE, STOP_HAZARD, STOP_RANDOM
+}			stop_mode = STOP_NONE;
+static double stop_p = 0;
+static unsigned int rng_state = 0;
+static int	depth = 0;			/* libpmem may call its own exported functions */
+
+static void (*real_pmem_flush) (const void *, size_t);
+static void (*real_pmem_drain) (void);
+static void (*real_pmem_persist) (const void *, size_t);
+static int	(*real_pmem_msync) (const void *, size_t);
+static void *(*real_pmem_memcpy_nodrain) (void *, const void *, size_t);
+static void *(*real_pmem_memcpy_persist) (void *, const void *, size_t);
+static void *(*real_pmem_memset_nodrain) (void *, int, size_t);
+static void *(*real_pmem_memset_persist) (void *, int, size_t);
+
+static void
+die(const char *what)
+{
+	fprintf(stderr, "libpowercut ring record: %s: %s\n", what, strerror(errno));
+	abort();
+}
+
+static void *
+real(const char *name)
+{
+	void	   *p = dlsym(RTLD_NEXT, name);
+
+	if (p == NULL)
+	{
+		fprintf(stderr, "libpowercut: cannot find %s: %s\n", name, dlerror());
+		abort();
+	}
+	return p;
+}
+
+static void
+ring_resolve(void)
+{
+	const char *r;
+	const char *s;
+
+	if (ring_resolved)
+		return;
+	real_pmem_flush = real("pmem_flush");
+	real_pmem_drain = real("pmem_drain");
+	real_pmem_persist = real("pmem_persist");
+	real_pmem_msync = real("pmem_msync");
+	real_pmem_memcpy_nodrain = real("pmem_memcpy_nodrain");
+	real_pmem_memcpy_persist = real("pmem_memcpy_persist");
+	real_pmem_memset_nodrain = real("pmem_memset_nodrain");
+	real_pmem_memset_persist = real("pmem_memset_persist");
+	r = getenv("POWERCUT_RING");
+	if (r != NULL && r[0] != '\0' && strlen(r) < sizeof(ring_path))
+	{
+		strcpy(ring_path, r);
+		ring_wanted = true;
+	}
+	s = getenv("POWERCUT_RING_STOP");
+	if (s != NULL && strcmp(s, "hazard") == 0)
+		stop_mode = STOP_HAZARD;
+	else if (s != NULL && strncmp(s, "random:", 7) == 0)
+	{
+		stop_mode = STOP_RANDOM;
+		stop_p = atof(s + 7);
+	}
+	ring_resolved = true;
+}
+
+/* Find the ring's mapping around addr in /proc/self/maps. */
+static void
+find_ring(const void *addr)
+{
+	FILE	   *f;
+	char		line[PATH_MAX + 256];
+
+	if (ring_base != NULL || ring_absent)
+		return;
+	f = fopen("/proc/self/maps", "r");
+	if (f == NULL)
+		die("open /proc/self/maps");
+	while (fgets(line, sizeof(line), f) != NULL)
+	{
+		unsigned long lo,
+					hi,
+					off;
+		int			n = 0;
+		char	   *path;
+		size_t		l;
+
+		if (sscanf(line, "%lx-%lx %*s %lx %*s %*s %n", &lo, &hi, &off, &n) < 3 || n == 0)
+			continue;
+		path = line + n;
+		l = strlen(path);
+		while (l > 0 && (path[l - 1] == '\n' || path[l - 1] == ' '))
+			path[--l] = '\0';
+		if ((uintptr_t) addr < lo || (uintptr_t) addr >= hi)
+			continue;
+		if (off == 0 && strcmp(path, ring_path) == 0)
+		{
+			ring_base = (char *) lo;
+			ring_len = hi - lo;
+		}
+		break;
+	}
+	fclose(f);
+	if (ring_base == NULL)
+		ring_absent = true;
+}
+
+/* Copy the ring file into the image when there is none yet. */
+static void
+image_init(const char *image, const char *ts)
+{
+	struct stat st;
+	int			src,
+				dst;
+	char		buf[1 << 16];
+	ssize_t		n;
+
+	if (stat(image, &st) == 0)
+		return;
+	src = open(ring_path, O_RDONLY | O_CLOEXEC);
+	dst = open(image, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (src < 0 || dst < 0)
+	{
+		if (dst < 0 && errno == EEXIST)
+		{
+			if (src >= 0)
+				close(src);
+			return;
+		}
+		die("create the durable image");
+	}
+	while ((n = read(src, buf, sizeof(buf))) > 0)
+		if (write(dst, buf, n) != n)
+			die("write the durable image");
+	close(src);
+	close(dst);
+	dst = open(ts, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (dst < 0)
+		die("create the image's timestamps");
+	close(dst);
+}
+
+/* Open the image, its timestamps and its lock in this process. */
+static void
+open_files(void)
+{
+	char		image[PATH_MAX + 32];
+	char		ts[PATH_MAX + 32];
+	char		lock[PATH_MAX + 32];
+
+	if (files_pid == getpid())
+		return;
+	snprintf(image, sizeof(image), "%s.durable", ring_path);
+	snprintf(ts, sizeof(ts), "%s.durable.ts", ring_path);
+	snprintf(lock, sizeof(lock), "%s.durable.lock", ring_path);
+	if (lock_fd >= 0 && files_pid != 0)
+	{
+		/* inherited across fork: a lock of its own in this process */
+		close(image_fd);
+		close(ts_fd);
+		close(lock_fd);
+	}
+	lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0)
+		die("lock the durable image");
+	image_init(image, ts);
+	flock(lock_fd, LOCK_UN);
+	image_fd = open(image, O_RDWR | O_CLOEXEC);
+	ts_fd = open(ts, O_RDWR | O_CLOEXEC);
+	if (image_fd < 0 || ts_fd < 0)
+		die("open the durable image");
+	files_pid = getpid();
+}
+
+/* Is [addr, addr+len) in the ring?  Sets *off. */
+static bool
+in_ring(const void *addr, size_t len, uint64_t *off)
+{
+	ring_resolve();
+	if (!ring_wanted || len == 0 || depth > 0)
+		return false;
+	find_ring(addr);
+	if (ring_base == NULL || (const char *) addr < ring_base ||
+		(const char *) addr + len > ring_base + ring_len)
+		return false;
+	*off = (const char *) addr - ring_base;
+	return true;
+}
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t) t.tv_sec * 1000000000u + t.tv_nsec;
+}
+
+static void
+log_line(const char *suffix, const char *what, uint64_t off)
+{
+	char		path[PATH_MAX + 32];
+	char		msg[128];
+	int			fd;
+	int			n;
+
+	snprintf(path, sizeof(path), "%s.%s", ring_path, suffix);
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	if (fd < 0)
+		die("open the hazard log");
+	n = snprintf(msg, sizeof(msg), "%d %s %llu %d\n", (int) getpid(), what,
+				 (unsigned long long) off, npending);
+	if (write(fd, msg, n) != n)
+		die("write the hazard log");
+	close(fd);
+}
+
+/* A libpmem call on the ring begins: maybe stop here (random stops). */
+static void
+call_boundary(const char *what, uint64_t off)
+{
+	if (stop_mode != STOP_RANDOM)
+		return;
+	if (rng_state == 0)
+		rng_state = (unsigned int) (getpid() ^ now_ns());
+	if ((double) rand_r(&rng_state) / RAND_MAX < stop_p)
+	{
+		log_line("stops", what, off);
+		raise(SIGSTOP);
+	}
+}
+
+/* The flushed lines of [off, off+len): copied now, durable at a drain. */
+static void
+record_flush(uint64_t off, size_t len)
+{
+	uint64_t	lo = off & ~(uint64_t) (LINE - 1);
+	uint64_t	hi = (off + len + LINE - 1) & ~(uint64_t) (LINE - 1);
+	Pending    *p;
+
+	if (hi > ring_len)
+		hi = ring_len;
+	if (pending_pid != getpid())
+	{
+		/* undrained flushes of the parent are not this process's */
+		npending = 0;
+		pending_pid = getpid();
+	}
+	if (lo < HEADER_BYTES && npending > 0)
+	{
+		log_line("hazards", "header-flush-before-drain", lo);
+		if (stop_mode == STOP_HAZARD)
+			raise(SIGSTOP);
+	}
+	if (npending == maxpending)
+	{
+		maxpending = maxpending ? maxpending * 2 : 16;
+		pending = realloc(pending, maxpending * sizeof(Pending));
+		if (pending == NULL)
+			die("record a flush");
+	}
+	p = &pending[npending++];
+	p->off = lo;
+	p->len = hi - lo;
+	p->ts = now_ns();
+	p->bytes = malloc(p->len);
+	if (p->bytes == NULL)
+		die("record a flush");
+	memcpy(p->bytes, ring_base + lo, p->len);
+}
+
+/* This process's flushes become durable: into the image, newer lines only. */
+static void
+record_drain(void)
+{
+	if (!ring_wanted || ring_base == NULL || pending_pid != getpid() || npending == 0 ||
+		depth > 0)
+		return;
+	open_files();
+	if (flock(lock_fd, LOCK_EX) != 0)
+		die("lock the durable image");
+	for (int i = 0; i < npending; i++)
+	{
+		Pending    *p = &pending[i];
+		uint64_t	nlines = p->len / LINE;
+		uint64_t   *ts = calloc(nlines, sizeof(uint64_t));
+		ssize_t		got;
+
+		if (ts == NULL)
+			die("drain");
+		got = pread(ts_fd, ts, nlines * sizeof(uint64_t), (p->off / LINE) * sizeof(uint64_t));
+		if (got < 0)
+			die("read the image's timestamps");
+		for (uint64_t l = 0; l < nlines; l++)
+		{
+			uint64_t	first = l;
+
+			if (ts[l] > p->ts)
+				continue;
+			while (l + 1 < nlines && ts[l + 1] <= p->ts)
+				l++;
+			if (pwrite(image_fd, p->bytes + first * LINE, (l - first + 1) * LINE,
+					   p->off + first * LINE) != (ssize_t) ((l - first + 1) * LINE))
+				die("write the durable image");
+			for (uint64_t k = first; k <= l; k++)
+				ts[k] = p->ts;
+		}
+		if (pwrite(ts_fd, ts, nlines * sizeof(uint64_t), (p->off / LINE) * sizeof(uint64_t)) !=
+			(ssize_t) (nlines * sizeof(uint64_t)))
+			die("write the image's timestamps");
+		free(ts);
+		free(p->bytes);
+	}
+	npending = 0;
+	flock(lock_fd, LOCK_UN);
+}
+
+EXPORT void
+pmem_flush(const void *addr, size_t len)
+{
+	uint64_t	off;
+	bool		r = in_ring(addr, len, &off);
+
+	if (r)
+		call_boundary("flush", off);
+	depth++;
+	real_pmem_flush(addr, len);
+	depth--;
+	if (r)
+		record_flush(off, len);
+}
+
+EXPORT void
+pmem_drain(void)
+{
+	ring_resolve();
+	if (ring_base != NULL && depth == 0)
+		call_boundary("drain", 0);
+	depth++;
+	real_pmem_drain();
+	depth--;
+	record_drain();
+}
+
+EXPORT void
+pmem_persist(const void *addr, size_t len)
+{
+	uint64_t	off;
+	bool		r = in_ring(addr, len, &off);
+
+	if (r)
+		call_boundary("persist", off);
+	depth++;
+	real_pmem_persist(addr, len);
+	depth--;
+	if (r)
+	{
+		record_flush(off, len);
+		record_drain();
+	}
+}
+
+EXPORT int
+pmem_msync(const void *addr, size_t len)
+{
+	uint64_t	off;
+	bool		r = in_ring(addr, len, &off);
+	int			rc;
+
+	if (r)
+		call_boundary("msync", off);
+	depth++;
+	rc = real_pmem_msync(addr, len);
+	depth--;
+	if (r && rc == 0)
+	{
+		record_flush(off, len);
+		record_drain();
+	}
+	return rc;
+}
+
+EXPORT void *
+pmem_memcpy_nodrain(void *dst, const void *src, size_t len)
+{
+	uint64_t	off;
+	bool		r = in_ring(dst, len, &off);
+	void	   *res;
+
+	if (r)
+		call_boundary("memcpy_nodrain", off);
+	depth++;
+	res = real_pmem_memcpy_nodrain(dst, src, len);
+	depth--;
+	if (r)
+		record_flush(off, len);
+	return res;
+}
+
+EXPORT void *
+pmem_memcpy_persist(void *dst, const void *src, size_t len)
+{
+	uint64_t	off;
+	bool		r = in_ring(dst, len, &off);
+	void	   *res;
+
+	if (r)
+		call_boundary("memcpy_persist", off);
+	depth++;
+	res = real_pmem_memcpy_persist(dst, src, len);
+	depth--;
+	if (r)
+	{
+		record_flush(off, len);
+		record_drain();
+	}
+	return res;
+}
+
+EXPORT void *
+pmem_memset_nodrain(void *dst, int c, size_t len)
+{
+	uint64_t	off;
+	bool		r = in_ring(dst, len, &off);
+	void	   *res;
+
+	if (r)
+		call_boundary("memset_nodrain", off);
+	depth++;
+	res = real_pmem_memset_nodrain(dst, c, len);
+	depth--;
+	if (r)
+		record_flush(off, len);
+	return res;
+}
+
+EXPORT void *
+pmem_memset_persist(void *dst, int c, size_t len)
+{
+	uint64_t	off;
+	bool		r = in_ring(dst, len, &off);
+	void	   *res;
+
+	if (r)
+		call_boundary("memset_persist", off);
+	depth++;
+	res = real_pmem_memset_persist(dst, c, len);
+	depth--;
+	if (r)
+	{
+		record_flush(off, len);
+		record_drain();
+	}
+	return res;
+}
