@@ -64,6 +64,20 @@ extern PGDLLIMPORT int pmwal_size_mb;
 extern PGDLLIMPORT bool pmwal_enabled;
 extern PGDLLIMPORT bool pmwal_require_pmem;
 
+/*
+ * Single-point mutations of the ring's store order (wal_copy.c,
+ * ring_file.c), compiled in only by tools/powercut/mutants
+ * (-DPMWAL_MUTANT=n) to show that the ring cut catches them (issue 12).
+ * 0 in every real build.
+ */
+#ifndef PMWAL_MUTANT
+#define PMWAL_MUTANT 0
+#endif
+#define MUTANT_NO_DRAIN			1	/* ring persists flush but never drain */
+#define MUTANT_HEAD_FIRST		2	/* head, last_end published before the copy */
+#define MUTANT_NO_PERSIST		3	/* head and last_end stored, not persisted */
+#define MUTANT_REANCHOR_ORDER	4	/* re-anchor stores head before tail */
+
 /* ring_file.c */
 extern PmwalRing *pmwal_ring;	/* NULL while pmwal is inactive */
 extern void pmwal_ring_attach(void);

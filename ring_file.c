@@ -74,6 +74,11 @@ ring_persist(const void *addr, size_t len)
 {
 	if (pmwal_ring->mode == PMWAL_MODE_MSYNC)
 		return pmem_msync(addr, len) == 0;
+	if (PMWAL_MUTANT == MUTANT_NO_DRAIN)
+	{
+		pmem_flush(addr, len);
+		return true;
+	}
 	pmem_persist(addr, len);
 	return true;
 }
@@ -104,7 +109,8 @@ ring_drain(XLogRecPtr start, XLogRecPtr end)
 
 	if (pmwal_ring->mode != PMWAL_MODE_MSYNC)
 	{
-		pmem_drain();
+		if (PMWAL_MUTANT != MUTANT_NO_DRAIN)
+			pmem_drain();
 		return true;
 	}
 	if (off + (end - start) <= cap)

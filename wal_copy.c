@@ -69,19 +69,6 @@
 
 #include "pmwal.h"
 
-/*
- * Single-point mutations of the ring's store order, compiled in only by
- * tools/powercut/mutants (-DPMWAL_MUTANT=n) to show that the ring cut
- * catches them (issue 12).  0 in every real build.
- */
-#ifndef PMWAL_MUTANT
-#define PMWAL_MUTANT 0
-#endif
-#define MUTANT_NO_DRAIN			1	/* the drain before publishing head removed */
-#define MUTANT_HEAD_FIRST		2	/* head published before the data is copied */
-#define MUTANT_NO_PERSIST		3	/* head and last_end stored, not persisted */
-#define MUTANT_REANCHOR_ORDER	4	/* re-anchor stores head before tail */
-
 /* The longest a committer waits for room before it falls back. */
 #define SPACE_WAIT_MS		1000
 
@@ -130,8 +117,6 @@ ring_fill(XLogRecPtr start, XLogRecPtr end)
 			return rc;
 		from += n;
 	}
-	if (PMWAL_MUTANT == MUTANT_NO_DRAIN)
-		return RING_APPEND_OK;
 	return ring_drain(start, end) ? RING_APPEND_OK : FALLBACK_PERSIST;
 }
 
@@ -266,7 +251,9 @@ ring_copy_locked(XLogRecPtr end, bool is_commit, CopyKind kind)
 			return RING_NEED_SPACE;
 		if (kind != COPY_WINDOW && flush - head > copy_limit())
 			return FALLBACK_LARGE;
-		if (PMWAL_MUTANT == MUTANT_HEAD_FIRST && !ring_advance_word(&hdr->head.v, flush))
+		if (PMWAL_MUTANT == MUTANT_HEAD_FIRST &&
+			(!ring_advance_word(&hdr->head.v, flush) ||
+			 !ring_advance_word(&hdr->last_end.v, Max(hdr->last_end.v, flush))))
 			return FALLBACK_PERSIST;
 		rc = ring_fill(head, flush);
 		if (rc != RING_APPEND_OK)

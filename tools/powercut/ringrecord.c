@@ -23,7 +23,7 @@
  *	  with the process, as on hardware.
  *	- The image starts as what the ring file held when the server started
  *	  (the harness copies it; a ring created by the server starts as what
- *	  the file held at its first flush).
+ *	  the file held at its first flush in any process).
  *
  * Ordering hazards: a flush of a header line (the first 4096 bytes: the
  * words that publish data, such as head) while this process still has
@@ -336,6 +336,8 @@ record_flush(uint64_t off, size_t len)
 		npending = 0;
 		pending_pid = getpid();
 	}
+	/* the image of a ring the server created: the file at its first flush */
+	open_files();
 	if (lo < HEADER_BYTES && npending > 0)
 	{
 		log_line("hazards", "header-flush-before-drain", lo);
