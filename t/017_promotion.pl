@@ -20,6 +20,7 @@ use PmwalTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes ();
 
 my $primary = pmwal_node('primary', size => '16MB', init => { allows_streaming => 1 });
 $primary->start;
@@ -62,12 +63,13 @@ for my $case ('before_checkpoint', 'after_checkpoint')
 	$standby->poll_query_until('postgres', 'SELECT count(*) >= 2000 FROM t')
 	  or die "$case: the load does not run: ${ $load->{err} }";
 	# the new primary has walsenders: a committer held in its write window
-	# at the cut makes recovery end on yet another timeline
-	$load->{h}->kill_kill;
-	acked_load_finish($load);
+	# at the cut makes recovery end on yet another timeline.  The load goes
+	# on meanwhile, through the ring alone (the flusher is held too).
 	my ($held) = hold_in_write_window($standby, 't', 9_000_000_000);
+	Time::HiRes::sleep(0.5);
 	my $cut = powercut($standby);
 	note("$case: $cut->{summary}");
+	acked_load_finish($load);
 	bg_psql_finish($held);
 
 	my $pg_control = `pg_controldata -D ${\ $standby->data_dir }`;

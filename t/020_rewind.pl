@@ -38,9 +38,9 @@ $new->start;
 my $load = acked_load_start($old, tag => 'old');
 $old->poll_query_until('postgres', 'SELECT count(*) >= 3000 FROM t')
   or die "the load does not run: ${ $load->{err} }";
-$load->{h}->kill_kill;
-acked_load_finish($load);
 
+# the load goes on through the ring alone while a committer is held in
+# its window (the flusher is held too)
 my ($held, $held_id) = hold_in_write_window($old, 't', 9_000_000_000);
 my $flush = $old->safe_psql('postgres', 'SELECT pg_current_wal_flush_lsn()');
 $new->poll_query_until('postgres', "SELECT pg_last_wal_replay_lsn() >= '$flush'")
@@ -49,6 +49,7 @@ is($new->safe_psql('postgres', "SELECT count(*) FROM t WHERE id = $held_id"), '1
 	'the standby replayed a commit the old primary has not made durable');
 my $cut = powercut($old);
 note($cut->{summary});
+acked_load_finish($load);
 my ($rc) = bg_psql_finish($held);
 isnt($rc, 0, 'the held commit was never acknowledged');
 cmp_ok(ring_read_u64($old->{pmwal_ring}, 'head'), '>', ring_read_u64($old->{pmwal_ring}, 'tail'),

@@ -30,8 +30,11 @@
  * undrained flushes is logged in RING.hazards -- the header may reach pmem
  * before the data it points to.  With POWERCUT_RING_STOP=hazard the
  * process then stops itself (SIGSTOP) before that flush, freezing that
- * crash state for the harness to kill and cut; with random:P it also
- * stops at any libpmem call with probability P (logged in RING.stops).
+ * crash state for the harness to kill and cut; with random:P it stops at
+ * any libpmem call with probability P; with line:OFFSET before the first
+ * flush of the line at that offset (64: the tail word) in a process other
+ * than the one that touched the ring first (the postmaster, whose stop
+ * would hold up the start) -- both logged in RING.stops.
  *
  * Active when POWERCUT_RING names the ring file; the ring is found by the
  * address of the first call, in /proc/self/maps (pmwal maps it with its own
@@ -86,9 +89,11 @@ static int	maxpending = 0;
 static pid_t pending_pid = 0;
 static enum
 {
-	STOP_NONE, STOP_HAZARD, STOP_RANDOM
+	STOP_NONE, STOP_HAZARD, STOP_RANDOM, STOP_LINE
 }			stop_mode = STOP_NONE;
 static double stop_p = 0;
+static uint64_t stop_line = 0;
+static pid_t first_pid = 0;		/* the process that touched the ring first */
 static unsigned int rng_state = 0;
 static int	depth = 0;			/* libpmem may call its own exported functions */
 
@@ -151,6 +156,11 @@ ring_resolve(void)
 		stop_mode = STOP_RANDOM;
 		stop_p = atof(s + 7);
 	}
+	else if (s != NULL && strncmp(s, "line:", 5) == 0)
+	{
+		stop_mode = STOP_LINE;
+		stop_line = strtoull(s + 5, NULL, 10) & ~(uint64_t) (LINE - 1);
+	}
 	ring_resolved = true;
 }
 
@@ -193,6 +203,8 @@ find_ring(const void *addr)
 	fclose(f);
 	if (ring_base == NULL)
 		ring_absent = true;
+	else if (first_pid == 0)
+		first_pid = getpid();
 }
 
 /* Copy the ring file into the image when there is none yet. */
@@ -343,6 +355,13 @@ record_flush(uint64_t off, size_t len)
 		log_line("hazards", "header-flush-before-drain", lo);
 		if (stop_mode == STOP_HAZARD)
 			raise(SIGSTOP);
+	}
+	if (stop_mode == STOP_LINE && lo <= stop_line && stop_line < hi && getpid() != first_pid)
+	{
+		/* once per server: the harness kills and cuts at the first one */
+		stop_mode = STOP_NONE;
+		log_line("stops", "line", stop_line);
+		raise(SIGSTOP);
 	}
 	if (npending == maxpending)
 	{
