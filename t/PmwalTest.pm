@@ -268,7 +268,8 @@ sub ring_set_static
 
 END
 {
-	unlink @rings;
+	# with the ring record's files (tools/powercut/ringrecord.c)
+	unlink map { ($_, "$_.durable", "$_.durable.ts", "$_.durable.lock", "$_.hazards", "$_.stops") } @rings;
 }
 
 # ---------------------------------------------------------------------------

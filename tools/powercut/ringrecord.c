@@ -32,9 +32,9 @@
  * process then stops itself (SIGSTOP) before that flush, freezing that
  * crash state for the harness to kill and cut; with random:P it stops at
  * any libpmem call with probability P; with line:OFFSET before the first
- * flush of the line at that offset (64: the tail word) in a process other
- * than the one that touched the ring first (the postmaster, whose stop
- * would hold up the start) -- both logged in RING.stops.
+ * flush of the line at that offset (64: the tail word) in a server child
+ * (a stopped postmaster would hold up the start) -- both logged in
+ * RING.stops.
  *
  * Active when POWERCUT_RING names the ring file; the ring is found by the
  * address of the first call, in /proc/self/maps (pmwal maps it with its own
@@ -93,7 +93,6 @@ static enum
 }			stop_mode = STOP_NONE;
 static double stop_p = 0;
 static uint64_t stop_line = 0;
-static pid_t first_pid = 0;		/* the process that touched the ring first */
 static unsigned int rng_state = 0;
 static int	depth = 0;			/* libpmem may call its own exported functions */
 
@@ -203,8 +202,24 @@ find_ring(const void *addr)
 	fclose(f);
 	if (ring_base == NULL)
 		ring_absent = true;
-	else if (first_pid == 0)
-		first_pid = getpid();
+}
+
+/*
+ * A server child, not the postmaster?  PostgreSQL sets a child's process
+ * title ("postgres: ...") over its command line.
+ */
+static bool
+server_child(void)
+{
+	char		buf[16] = {0};
+	int			fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	ssize_t		n;
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	return n > 0 && strncmp(buf, "postgres: ", 10) == 0;
 }
 
 /* Copy the ring file into the image when there is none yet. */
@@ -356,7 +371,7 @@ record_flush(uint64_t off, size_t len)
 		if (stop_mode == STOP_HAZARD)
 			raise(SIGSTOP);
 	}
-	if (stop_mode == STOP_LINE && lo <= stop_line && stop_line < hi && getpid() != first_pid)
+	if (stop_mode == STOP_LINE && lo <= stop_line && stop_line < hi && server_child())
 	{
 		/* once per server: the harness kills and cuts at the first one */
 		stop_mode = STOP_NONE;
