@@ -82,6 +82,7 @@ sub scenario
 {
 	my ($node, $tag, %opts) = @_;
 
+	$node->{ring_cut} = $opts{ring_cut} // 'durable' if $opts{pmwal};
 	powercut_start($node);
 	$node->safe_psql('postgres', 'CREATE EXTENSION pmwal') if $opts{pmwal};
 	$node->safe_psql('postgres',
@@ -91,7 +92,6 @@ sub scenario
 	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
 	  or die "$tag: the load does not run: ${ $load->{err} }";
 	Time::HiRes::sleep(0.5 + rand(2.0));
-	$node->{ring_cut} = $opts{ring_cut} if $opts{ring_cut};
 	my $cut = powercut($node);
 	acked_load_finish($load);
 	$opts{before_restart}->() if $opts{before_restart};

@@ -45,6 +45,7 @@ restart_after_crash = off
 log_statement = none
 log_checkpoints = on
 } . ($ENV{PMWAL_CRASH_CONF} // '') . "\n");
+$node->{ring_cut} = 'durable';
 powercut_start($node);
 $node->safe_psql('postgres',
 	'CREATE EXTENSION pmwal; CREATE EXTENSION amcheck; CREATE TABLE t (id bigint PRIMARY KEY); '

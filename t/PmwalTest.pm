@@ -319,8 +319,10 @@ sub powercut_lib
 
 # Start $node with the power-cut log on, in a fresh log file.  The previous
 # log, if any, was cut already: what it left on disk is the new baseline.
-# The ring's durable image (tools/powercut/ringrecord.c) starts as the ring
-# file as it is now; a ring the server creates gets one at its first flush.
+# With a ring cut asked for (the node's {ring_cut}, or PMWAL_RING_CUT), the
+# ring is recorded too (tools/powercut/ringrecord.c): its durable image
+# starts as the ring file as it is now; a ring the server creates gets one
+# at its first flush.
 sub powercut_start
 {
 	my ($node, %params) = @_;
@@ -329,6 +331,8 @@ sub powercut_start
 
 	unlink $log;
 	$node->{powercut_log} = $log;
+	$ring = undef unless $node->{ring_cut} || $ENV{PMWAL_RING_CUT};
+	$node->{ring_recorded} = defined $ring;
 	if (defined $ring)
 	{
 		unlink "$ring.durable", "$ring.durable.ts", "$ring.durable.lock", "$ring.hazards",
@@ -441,13 +445,13 @@ sub powercut_cut
 	  while $out =~ /^powercut: (\w+): undid \d+ writes, \d+ bytes, in \[(\d+), (\d+)\)/mg;
 	rename $log, "$log.cut";
 	delete $node->{powercut_log};
-	ring_cut($node, \%s) if defined $node->{pmwal_ring} && -f $node->{pmwal_ring};
+	ring_cut($node, \%s) if $node->{ring_recorded} && -f $node->{pmwal_ring};
 	return \%s;
 }
 
 # The ring's part of the power cut (tools/powercut/ring_cut): lines that
 # differ from the durable image are reverted per the mode -- the node's
-# {ring_cut}, else PMWAL_RING_CUT, else 'durable' -- with a seed from
+# {ring_cut}, else PMWAL_RING_CUT -- with a seed from
 # PMWAL_RING_CUT_SEED or a fresh one (noted, to replay a failure).  Adds
 # ring_mode, ring_differ, ring_reverted and ring_summary to $s.
 sub ring_cut
