@@ -363,6 +363,29 @@ sub _proc_state
 	return $1;
 }
 
+# Processes that map the file $path.
+sub _mapping
+{
+	my ($path) = @_;
+	my @pids;
+	opendir my $dh, '/proc' or die "could not read /proc: $!";
+	for my $pid (grep { /^\d+$/ } readdir $dh)
+	{
+		open my $fh, '<', "/proc/$pid/maps" or next;
+		while (<$fh>)
+		{
+			if (/ \Q$path\E(?: \(deleted\))?$/)
+			{
+				push @pids, $pid;
+				last;
+			}
+		}
+		close $fh;
+	}
+	closedir $dh;
+	return @pids;
+}
+
 sub _children_of
 {
 	my ($ppid) = @_;
@@ -411,6 +434,20 @@ sub powercut_kill
 	{
 		$procs{$kid} = 1;
 		kill 'STOP', $kid;
+	}
+	# a process of this server that is not a child of its postmaster (none
+	# is expected) would go on holding the ring and shared memory, and the
+	# next start would refuse: every process that maps the ring is stopped
+	# too, and named
+	if (defined $node->{pmwal_ring})
+	{
+		for my $pid (_mapping($node->{pmwal_ring}))
+		{
+			next if $procs{$pid};
+			Test::More::diag("powercut_kill: process $pid maps the ring but is no child of the postmaster");
+			$procs{$pid} = 1;
+			kill 'STOP', $pid;
+		}
 	}
 	my @pids = keys %procs;
 	$node->{_pid} = undef;
