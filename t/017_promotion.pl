@@ -86,6 +86,10 @@ for my $case ('before_checkpoint', 'after_checkpoint')
 	ok($standby->start(fail_ok => 1), "$case: the new primary starts after the power cut")
 	  or diag(slurp_file($standby->logfile, $offset));
 	next unless $standby->{_pid};
+	# archive recovery (a write window was open): pg_ctl returned once it
+	# had begun, before replay ended
+	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die "$case: recovery does not end";
 	my $log = slurp_file($standby->logfile, $offset);
 	like($log, qr/pmwal ring "[^"]+" holds WAL of timeline 2, which descends from the checkpoint's timeline 1/,
 		"$case: the ring's WAL is restored on timeline 2")
