@@ -363,18 +363,19 @@ sub _proc_state
 	return $1;
 }
 
-# Processes that map the file $path.
-sub _mapping
+# Server processes: the pids in /proc whose file $file (stat, maps) has
+# a line matching $match.
+sub _procs_where
 {
-	my ($path) = @_;
+	my ($file, $match) = @_;
 	my @pids;
 	opendir my $dh, '/proc' or die "could not read /proc: $!";
 	for my $pid (grep { /^\d+$/ } readdir $dh)
 	{
-		open my $fh, '<', "/proc/$pid/maps" or next;
+		open my $fh, '<', "/proc/$pid/$file" or next;
 		while (<$fh>)
 		{
-			if (/ \Q$path\E(?: \(deleted\))?$/)
+			if ($match->($_))
 			{
 				push @pids, $pid;
 				last;
@@ -386,20 +387,17 @@ sub _mapping
 	return @pids;
 }
 
+# Processes that map the file $path.
+sub _mapping
+{
+	my ($path) = @_;
+	return _procs_where('maps', sub { $_[0] =~ / \Q$path\E(?: \(deleted\))?$/ });
+}
+
 sub _children_of
 {
 	my ($ppid) = @_;
-	my @kids;
-	opendir my $dh, '/proc' or die "could not read /proc: $!";
-	for my $pid (grep { /^\d+$/ } readdir $dh)
-	{
-		open my $fh, '<', "/proc/$pid/stat" or next;
-		my $stat = <$fh>;
-		close $fh;
-		push @kids, $pid if defined $stat && $stat =~ /\)\s+\S\s+(\d+)\s/ && $1 == $ppid;
-	}
-	closedir $dh;
-	return @kids;
+	return _procs_where('stat', sub { $_[0] =~ /\)\s+\S\s+(\d+)\s/ && $1 == $ppid });
 }
 
 # Stop the world, then kill it: SIGSTOP the postmaster (it forks no more),

@@ -109,7 +109,8 @@ static size_t watch_len;
 static bool watch_resolved = false;
 static uint64_t counter = 0;
 
-static void *
+/* The next definition of "name" (libc's, libpmem's); aborts if none. */
+void *
 must_dlsym(const char *name)
 {
 	void	   *p = dlsym(RTLD_NEXT, name);

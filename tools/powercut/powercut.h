@@ -71,4 +71,7 @@ typedef struct PcRecord
 /* Perl: unpack('V C C v l< V Q< Q< Q< q< q< q<', $header) */
 _Static_assert(sizeof(PcRecord) == 64, "PcRecord must be 64 bytes");
 
+/* shared by powercut.c and ringrecord.c (hidden: not exported) */
+extern void *must_dlsym(const char *name);
+
 #endif							/* POWERCUT_H */

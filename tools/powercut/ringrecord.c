@@ -61,6 +61,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "powercut.h"
+
 #define EXPORT __attribute__((visibility("default")))
 #define LINE 64
 #define HEADER_BYTES 4096
@@ -112,19 +114,6 @@ die(const char *what)
 	abort();
 }
 
-static void *
-real(const char *name)
-{
-	void	   *p = dlsym(RTLD_NEXT, name);
-
-	if (p == NULL)
-	{
-		fprintf(stderr, "libpowercut: cannot find %s: %s\n", name, dlerror());
-		abort();
-	}
-	return p;
-}
-
 static void
 ring_resolve(void)
 {
@@ -133,14 +122,14 @@ ring_resolve(void)
 
 	if (ring_resolved)
 		return;
-	real_pmem_flush = real("pmem_flush");
-	real_pmem_drain = real("pmem_drain");
-	real_pmem_persist = real("pmem_persist");
-	real_pmem_msync = real("pmem_msync");
-	real_pmem_memcpy_nodrain = real("pmem_memcpy_nodrain");
-	real_pmem_memcpy_persist = real("pmem_memcpy_persist");
-	real_pmem_memset_nodrain = real("pmem_memset_nodrain");
-	real_pmem_memset_persist = real("pmem_memset_persist");
+	real_pmem_flush = must_dlsym("pmem_flush");
+	real_pmem_drain = must_dlsym("pmem_drain");
+	real_pmem_persist = must_dlsym("pmem_persist");
+	real_pmem_msync = must_dlsym("pmem_msync");
+	real_pmem_memcpy_nodrain = must_dlsym("pmem_memcpy_nodrain");
+	real_pmem_memcpy_persist = must_dlsym("pmem_memcpy_persist");
+	real_pmem_memset_nodrain = must_dlsym("pmem_memset_nodrain");
+	real_pmem_memset_persist = must_dlsym("pmem_memset_persist");
 	r = getenv("POWERCUT_RING");
 	if (r != NULL && r[0] != '\0' && strlen(r) < sizeof(ring_path))
 	{
