@@ -31,10 +31,23 @@
  * before the data it points to.  With POWERCUT_RING_STOP=hazard the
  * process then stops itself (SIGSTOP) before that flush, freezing that
  * crash state for the harness to kill and cut; with random:P it stops at
- * any libpmem call with probability P; with line:OFFSET before the first
- * flush of the line at that offset (64: the tail word) in a server child
- * (a stopped postmaster would hold up the start) -- both logged in
- * RING.stops.
+ * any libpmem call with probability P; with claim right after a drain
+ * that left the image claiming WAL it does not hold (below) -- both logged
+ * in RING.stops.
+ *
+ * Claims: the one stop that knows pmwal's ring format (ring_format.h).
+ * An ordering bug between two stores that are each persisted (a re-anchor
+ * that publishes head and last_end before its tail) leaves no undrained
+ * flush behind, only a window of a few instructions between two persists
+ * that no random stop finds.  So with POWERCUT_RING_STOP=claim every drain
+ * that changes the image's header checks what the image now claims: if
+ * its state is IN_USE and tail < head, every WAL page that begins in
+ * [start of the tail's page, last_end) -- WAL that a restore must read
+ * back to prove the acknowledged commits -- must carry its own address in
+ * its page header (xlp_pageaddr).  A page that does not (a page of an
+ * older lap, never copied) makes the process stop right after the drain,
+ * with the image in exactly that state; the harness kills and cuts, and
+ * the restart shows what a power cut there does.
  *
  * Active when POWERCUT_RING names the ring file; the ring is found by the
  * address of the first call, in /proc/self/maps (pmwal maps it with its own
@@ -91,10 +104,9 @@ static int	maxpending = 0;
 static pid_t pending_pid = 0;
 static enum
 {
-	STOP_NONE, STOP_HAZARD, STOP_RANDOM, STOP_LINE
+	STOP_NONE, STOP_HAZARD, STOP_RANDOM, STOP_CLAIM
 }			stop_mode = STOP_NONE;
 static double stop_p = 0;
-static uint64_t stop_line = 0;
 static unsigned int rng_state = 0;
 static int	depth = 0;			/* libpmem may call its own exported functions */
 
@@ -144,11 +156,8 @@ ring_resolve(void)
 		stop_mode = STOP_RANDOM;
 		stop_p = atof(s + 7);
 	}
-	else if (s != NULL && strncmp(s, "line:", 5) == 0)
-	{
-		stop_mode = STOP_LINE;
-		stop_line = strtoull(s + 5, NULL, 10) & ~(uint64_t) (LINE - 1);
-	}
+	else if (s != NULL && strcmp(s, "claim") == 0)
+		stop_mode = STOP_CLAIM;
 	ring_resolved = true;
 }
 
@@ -191,24 +200,6 @@ find_ring(const void *addr)
 	fclose(f);
 	if (ring_base == NULL)
 		ring_absent = true;
-}
-
-/*
- * A server child, not the postmaster?  PostgreSQL sets a child's process
- * title ("postgres: ...") over its command line.
- */
-static bool
-server_child(void)
-{
-	char		buf[16] = {0};
-	int			fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-	ssize_t		n;
-
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	return n > 0 && strncmp(buf, "postgres: ", 10) == 0;
 }
 
 /* Copy the ring file into the image when there is none yet. */
@@ -360,13 +351,6 @@ record_flush(uint64_t off, size_t len)
 		if (stop_mode == STOP_HAZARD)
 			raise(SIGSTOP);
 	}
-	if (stop_mode == STOP_LINE && lo <= stop_line && stop_line < hi && server_child())
-	{
-		/* once per server: the harness kills and cuts at the first one */
-		stop_mode = STOP_NONE;
-		log_line("stops", "line", stop_line);
-		raise(SIGSTOP);
-	}
 	if (npending == maxpending)
 	{
 		maxpending = maxpending ? maxpending * 2 : 16;
@@ -384,10 +368,78 @@ record_flush(uint64_t off, size_t len)
 	memcpy(p->bytes, ring_base + lo, p->len);
 }
 
+/*
+ * Offsets in the ring file of what the claim check reads (ring_format.h:
+ * the static header, then one cache line per dynamic word; and
+ * XLogPageHeaderData's xlp_pageaddr).
+ */
+#define RF_HEADER_SIZE	12		/* uint32 */
+#define RF_BLOCK_SIZE	32		/* uint32 */
+#define RF_CAPACITY		40		/* uint64 */
+#define RF_TAIL			64
+#define RF_LAST_END		128
+#define RF_HEAD			192
+#define RF_STATE		256
+#define RF_IN_USE		UINT64_C(0x494e555345000002)
+#define RF_PAGEADDR		8
+
+static uint64_t
+image_u64(uint64_t off)
+{
+	uint64_t	v = 0;
+
+	if (pread(image_fd, &v, sizeof(v), off) != (ssize_t) sizeof(v))
+		die("read the durable image");
+	return v;
+}
+
+/*
+ * With the image lock held: the first WAL page in [tail's page, last_end)
+ * that the image's IN_USE ring claims but does not hold, or 0.  Pages
+ * before "from" were found whole by this process's previous check of the
+ * same tail.
+ */
+static uint64_t
+image_bad_claim(void)
+{
+	static uint64_t checked_tail = 0;
+	static uint64_t checked_to = 0;
+	uint32_t	header_size = 0;
+	uint32_t	blcksz = 0;
+	uint64_t	cap = image_u64(RF_CAPACITY);
+	uint64_t	tail = image_u64(RF_TAIL);
+	uint64_t	last_end = image_u64(RF_LAST_END);
+	uint64_t	head = image_u64(RF_HEAD);
+	uint64_t	page;
+
+	if (pread(image_fd, &header_size, 4, RF_HEADER_SIZE) != 4 ||
+		pread(image_fd, &blcksz, 4, RF_BLOCK_SIZE) != 4)
+		die("read the durable image");
+	if (image_u64(RF_STATE) != RF_IN_USE || tail >= head || tail >= last_end ||
+		blcksz == 0 || cap == 0)
+		return 0;
+	page = tail - tail % blcksz;
+	if (checked_tail == tail && checked_to > page)
+		page = checked_to;
+	for (; page < last_end; page += blcksz)
+	{
+		uint64_t	off = header_size + page % cap;
+
+		if (off + RF_PAGEADDR + 8 > ring_len || image_u64(off + RF_PAGEADDR) != page)
+			return page;
+	}
+	checked_tail = tail;
+	checked_to = page;
+	return 0;
+}
+
 /* This process's flushes become durable: into the image, newer lines only. */
 static void
 record_drain(void)
 {
+	uint64_t	bad = 0;
+	bool		header = false;
+
 	if (!ring_wanted || ring_base == NULL || pending_pid != getpid() || npending == 0 ||
 		depth > 0)
 		return;
@@ -425,9 +477,19 @@ record_drain(void)
 			die("write the image's timestamps");
 		free(ts);
 		free(p->bytes);
+		header |= p->off < HEADER_BYTES;
 	}
 	npending = 0;
+	if (stop_mode == STOP_CLAIM && header)
+		bad = image_bad_claim();
 	flock(lock_fd, LOCK_UN);
+	if (bad != 0)
+	{
+		/* once per process: the harness kills and cuts at the first */
+		stop_mode = STOP_NONE;
+		log_line("stops", "claim", bad);
+		raise(SIGSTOP);
+	}
 }
 
 EXPORT void
