@@ -14,6 +14,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use PostgreSQL::Test::RecursiveCopy;
 use File::Copy ();
+use FindBin ();
+use IPC::Run ();
+use Time::HiRes ();
 
 our @EXPORT = qw(pmwal_node pmwal_standby ring_bytes crc32c ring_read_u64 ring_write_u64
   ring_set_static ring_field ring_state RING_STATE_EMPTY RING_STATE_IN_USE
@@ -605,6 +608,87 @@ sub acked_check
 		$extra += $all - $present;
 	}
 	return ($acked, $missing, $extra);
+}
+
+# One probe of the ring's store order (issue 12): a node on a small ring
+# (2 MB) under committing load in which one transaction in 20 inserts 5000
+# rows more -- more than a quarter of the ring, flushed the ordinary way,
+# so that the ring starts over behind it, again and again (an in-use
+# re-anchor).  The ring record stops a process at $opts{stop} (hazard,
+# random:P, claim: tools/powercut/ringrecord.c), or with 'none' the kill
+# comes at a random moment; then everything is killed, pg_wal and the ring
+# cut (ring mode $opts{ring_cut}) and the node restarted.  $opts{libdir}:
+# another build of pmwal.so (build_mutant).  Returns a hash: acked,
+# missing (undef when the restart was refused), restarted, stopped (a stop
+# happened), why (the FATAL or PANIC of a refused restart), cut.
+push @EXPORT, qw(ring_probe build_mutant);
+
+sub ring_probe
+{
+	my ($name, %opts) = @_;
+	my $stop = $opts{stop} // 'none';
+	my $node;
+	{
+		local $ENV{PMWAL_TEST_LIBDIR} = $opts{libdir} if $opts{libdir};
+		$node = pmwal_node($name, size => $opts{size} // '2MB',
+			conf => QUIET_WAL . "pmwal.flush_interval = 50ms\n");
+	}
+	$node->{ring_cut} = $opts{ring_cut} // 'durable';
+	{
+		local $ENV{POWERCUT_RING_STOP} = $stop eq 'none' ? '' : $stop;
+		powercut_start($node);
+	}
+	$node->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); '
+		  . 'CREATE TABLE filler (id int, v text)');
+	my $load = acked_load_start($node, tag => $name, big => $opts{big} // 20);
+	my $ring = $node->{pmwal_ring};
+	my $stopped = 0;
+	my $deadline = Time::HiRes::time() + ($stop eq 'none' ? 1 + rand(2) : $opts{wait} // 8);
+	while (Time::HiRes::time() < $deadline)
+	{
+		if (-s "$ring.stops" || ($stop eq 'hazard' && -s "$ring.hazards"))
+		{
+			$stopped = 1;
+			# the others run on a moment: their commits are acknowledged
+			Time::HiRes::sleep(0.2);
+			last;
+		}
+		Time::HiRes::sleep(0.01);
+	}
+	my $cut = powercut($node);
+	acked_load_finish($load);
+	my $offset = -s $node->logfile;
+	my %r = (stopped => $stopped, cut => $cut, acked => $load->{total}, node => $node);
+	$r{restarted} = $node->start(fail_ok => 1);
+	if ($r{restarted})
+	{
+		(undef, $r{missing}) = acked_check($node, $load);
+		$node->stop('immediate');
+	}
+	else
+	{
+		($r{why}) = slurp_file($node->logfile, $offset) =~ /((?:FATAL|PANIC): .*)/;
+	}
+	return \%r;
+}
+
+# Build pmwal.so with the single-point mutation $n of the ring's store
+# order (PMWAL_MUTANT in pmwal.h) from this checkout into a directory of its
+# own, for ring_probe's libdir; nothing is installed.
+sub build_mutant
+{
+	my ($n) = @_;
+	my $top = "$FindBin::RealBin/..";
+	$top = "$FindBin::RealBin/../.." unless -f "$top/pmwal.h";
+	my $dir = PostgreSQL::Test::Utils::tempdir("mutant_$n");
+	my @files = grep { -f $_ } glob("$top/*.c $top/*.h $top/Makefile $top/*.control $top/*.sql");
+	File::Copy::copy($_, $dir) or die "build_mutant: copy $_: $!" for @files;
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'make', '-s', '-C', $dir, "PG_CPPFLAGS=-DPMWAL_MUTANT=$n", 'pmwal.so' ],
+		'>', \$out, '2>', \$err)
+	  or die "build_mutant $n failed: $out$err";
+	return $dir;
 }
 
 # SIGKILL one server process of a node started with powercut_start(), the
