@@ -1059,12 +1059,14 @@ sub wal_fingerprint
 
 # A fresh node (64 MB ring) under the power-cut log whose WAL only pmwal
 # syncs (QUIET_WAL, then $opts{conf}), with table t (bigint primary key) and
-# committing load running, 300 commits in.  Returns the node and the load.
+# committing load running, 300 commits in; $opts{ring_cut}: cut the ring
+# too, in that mode.  Returns the node and the load.
 sub loaded_node
 {
 	my ($name, %opts) = @_;
 	my $node = pmwal_node($name, size => $opts{size} // '64MB',
 		conf => QUIET_WAL . ($opts{conf} // ''));
+	$node->{ring_cut} = $opts{ring_cut} if $opts{ring_cut};
 	powercut_start($node);
 	$node->safe_psql('postgres',
 		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
