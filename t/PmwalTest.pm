@@ -633,14 +633,17 @@ sub ring_probe
 		$node = pmwal_node($name, size => $opts{size} // '2MB',
 			conf => QUIET_WAL . "pmwal.flush_interval = 50ms\n");
 	}
+	# the tables first: a stop inside this DDL would hold it forever
+	$node->start;
+	$node->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); '
+		  . 'CREATE TABLE filler (id int, v text)');
+	$node->stop;
 	$node->{ring_cut} = $opts{ring_cut} // 'durable';
 	{
 		local $ENV{POWERCUT_RING_STOP} = $stop eq 'none' ? '' : $stop;
 		powercut_start($node);
 	}
-	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); '
-		  . 'CREATE TABLE filler (id int, v text)');
 	my $load = acked_load_start($node, tag => $name, big => $opts{big} // 20);
 	my $ring = $node->{pmwal_ring};
 	my $stopped = 0;
