@@ -73,6 +73,40 @@ my $started = Time::HiRes::time();
 	ok(!-e "$d/gone", 'harness self-check: unlink not undone');
 }
 
+# --- the harness: a killed write never comes back over later synced bytes --
+# A process dies right after its write, before the result is logged (as a
+# backend killed by a crash-restart can); the same bytes are then written
+# and synced by another process (the restore and the end-of-recovery
+# checkpoint).  The cut undoes the killed write only where nothing durable
+# came later.
+{
+	my $dir = PostgreSQL::Test::Utils::tempdir('powercut_killed_write');
+	my $d = "$dir/d";
+	mkdir $d or die;
+	PostgreSQL::Test::Utils::append_to_file("$d/k", 'K' x 100);
+	local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
+	local $ENV{POWERCUT_LOG} = "$dir/log";
+	local $ENV{POWERCUT_DIR} = $d;
+	my $put = q{
+		use strict; use Fcntl;
+		my ($f, $at, $bytes, $sync) = @ARGV;
+		sysopen(my $fh, $f, O_RDWR) or die;
+		sysseek($fh, $at, 0); syswrite($fh, $bytes) == length($bytes) or die;
+		$fh->sync or die if $sync;
+	};
+	{
+		local $ENV{POWERCUT_EXIT_AFTER_WRITE} = 1;
+		system($^X, '-e', $put, "$d/k", 0, 'AAAAAAAA', 0);
+	}
+	system($^X, '-e', "use IO::Handle; $put", "$d/k", 0, 'BBBB', 1);
+	is($?, 0, 'harness self-check: the later write was synced');
+	my $out = `$^X $FindBin::RealBin/../tools/powercut/powercut_cut $dir/log $d`;
+	like($out, qr/^powercut: 1 writes undone \(8 bytes\), 0 files removed, 0 renames undone; 1 writes durable/m,
+		'harness self-check: the killed write is undone, the synced one kept');
+	is(slurp_file("$d/k"), 'BBBB' . 'K' x 96,
+		'harness self-check: undoing the killed write leaves the later synced bytes');
+}
+
 # --- the scenarios ----------------------------------------------------------
 my $quiet_wal = QUIET_WAL;
 

@@ -108,6 +108,12 @@ static char watch_dir[PATH_MAX];
 static size_t watch_len;
 static bool watch_resolved = false;
 static uint64_t counter = 0;
+/*
+ * POWERCUT_EXIT_AFTER_WRITE=N (t/004's self-check only): the Nth logged
+ * write of the process exits it right after the write itself, before its
+ * result is logged -- what a SIGKILL there does.
+ */
+static long exit_after_write = 0;
 
 /* The next definition of "name" (libc's, libpmem's); aborts if none. */
 void *
@@ -170,6 +176,8 @@ resolve(void)
 			watch_dir[--watch_len] = '\0';
 		active = true;
 	}
+	if (getenv("POWERCUT_EXIT_AFTER_WRITE") != NULL)
+		exit_after_write = atol(getenv("POWERCUT_EXIT_AFTER_WRITE"));
 	resolved = true;
 }
 
@@ -495,6 +503,8 @@ write_done(uint64_t id, ssize_t result)
 
 	if (id == 0)
 		return;
+	if (exit_after_write > 0 && --exit_after_write == 0)
+		_exit(0);
 	rec.type = PC_WRITE_DONE;
 	rec.id = id;
 	rec.len = result;
