@@ -198,7 +198,7 @@ vm_cut() {
 vm_poweroff() {
 	[ -n "$VM_PID" ] || return 0
 	VM_CMD=$((VM_CMD + 1))
-	printf 'sync; umount /mnt/pmem /mnt/data 2>/dev/null; sync; echo o >/proc/sysrq-trigger\n' >"$VM_JOB/cmd/$VM_CMD.sh"
+	printf 'sync; umount /mnt/pmem /mnt/data 2>/dev/null || true; sync; echo o >/proc/sysrq-trigger\n' >"$VM_JOB/cmd/$VM_CMD.sh"
 	local i
 	for i in $(seq 1 300); do kill -0 "$VM_PID" 2>/dev/null || break; sleep 0.2; done
 	kill -KILL "$VM_PID" 2>/dev/null || true
