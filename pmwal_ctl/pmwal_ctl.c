@@ -717,20 +717,27 @@ describe_overwritten_ring(const RingHeader *hdr, RingCheck verdict, const char *
 				 hdr->st.s.system_identifier);
 }
 
-/* init --force over other data: how its first bytes begin */
+/* init --force over other data: how much of its header is not zero, and where that begins */
 static void
 describe_overwritten_data(const char *page, char *buf, size_t len)
 {
 	char		hex[16 * 3 + 1];
 	int			nonzero = 0;
+	int			first = -1;
 
-	for (int i = 0; i < 16; i++)
-		snprintf(hex + i * 3, sizeof(hex) - i * 3, "%02x%s",
-				 (unsigned char) page[i], i < 15 ? " " : "");
 	for (int i = 0; i < RING_HEADER_SIZE; i++)
-		nonzero += page[i] != 0;
-	snprintf(buf, len, "data that was not a pmwal ring (%d of its first %d bytes are not zero; they begin %s)",
-			 nonzero, RING_HEADER_SIZE, hex);
+	{
+		if (page[i] == 0)
+			continue;
+		nonzero++;
+		if (first < 0)
+			first = i;
+	}
+	for (int i = 0; i < 16 && first + i < RING_HEADER_SIZE; i++)
+		snprintf(hex + i * 3, sizeof(hex) - i * 3, "%02x%s",
+				 (unsigned char) page[first + i], i < 15 ? " " : "");
+	snprintf(buf, len, "data that was not a pmwal ring (%d of its first %d bytes are not zero; at offset %d: %s)",
+			 nonzero, RING_HEADER_SIZE, first, hex);
 }
 
 /*

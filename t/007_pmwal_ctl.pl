@@ -573,7 +573,7 @@ like($out, qr/--force overwrites it/, 'init a file that is not a ring: points at
 # and the WAL it holds, after saying what it overwrites
 ($rc, $out) = ctl('init', '-D', $pgdata, '--force', '--size=2', $foreign);
 is($rc, 0, 'init --force a file that is not a ring: exit 0') or diag($out);
-like($out, qr/^overwriting "\Q$foreign\E", which holds data that was not a pmwal ring \(4096 of its first 4096 bytes are not zero; they begin 73 6f 6d 65 /m,
+like($out, qr/^overwriting "\Q$foreign\E", which holds data that was not a pmwal ring \(4096 of its first 4096 bytes are not zero; at offset 0: 73 6f 6d 65 /m,
 	'init --force a file that is not a ring: says what it overwrites');
 like($out, qr/initialised ring "\Q$foreign\E" \(overwritten with --force\): capacity 2 MB/,
 	'init --force a file that is not a ring: initialised with the size given');
