@@ -15,7 +15,7 @@
 # SIGKILL of QEMU is the power cut: the guest's page cache and everything
 # not yet written to its disk are lost.
 
-VM_PACKAGES="qemu-system-x86 linux-image-amd64 ndctl daxctl busybox-static"
+VM_PACKAGES="qemu-system-x86 linux-image-amd64 ndctl daxctl busybox-static cpio iproute2"
 VM_DIR=${PMWAL_VM_DIR:-/var/tmp/pmwal-vm}
 VM_JOB=$VM_DIR/job
 VM_PID=
