@@ -702,8 +702,7 @@ static void
 describe_overwritten_ring(const RingHeader *hdr, RingCheck verdict, const char *detail,
 						  char *buf, size_t len)
 {
-	if (verdict != RING_OK && verdict != RING_OTHER_CLUSTER &&
-		verdict != RING_INTERRUPTED_REINIT)
+	if (verdict != RING_OK)
 		snprintf(buf, len, "a pmwal ring whose header is not usable (%s)", detail);
 	else if (ring_holds_wal(hdr))
 		snprintf(buf, len, "a pmwal ring of system identifier " UINT64_FORMAT
