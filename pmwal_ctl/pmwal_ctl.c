@@ -11,10 +11,13 @@
  * made by hand, must be initialised first.  init creates a missing file
  * exclusively, and otherwise overwrites only a file or device of the user
  * that is empty or whose header is all zero (or holds an interrupted
- * initialisation); never a symbolic link, a file others may access, or a
- * pmwal ring.  Like the server's header rewrite, it stores the state word
- * REINIT first and EMPTY last, so that a kill in between leaves a ring that
- * init or a server initialises again.
+ * initialisation); never a symbolic link or a file others may access.
+ * Other data, or a pmwal ring (which may hold WAL), only with --force, and
+ * after printing what it overwrites: a devdax device that held something
+ * else can be neither removed nor written with write(2), and the server
+ * never overwrites a header it does not know.  Like the server's header
+ * rewrite, it stores the state word REINIT first and EMPTY last, so that a
+ * kill in between leaves a ring that init or a server initialises again.
  *
  * "verify" applies the checks of the server's restore: the header (identity
  * against a data directory given with -D), then every page header and
@@ -79,7 +82,7 @@ usage(void)
 {
 	printf("%s initialises, inspects, verifies, dumps and resets pmwal rings of a stopped server.\n\n", progname);
 	printf("Usage:\n");
-	printf("  %s init -D DATADIR [--size=SIZE] RING\n", progname);
+	printf("  %s init -D DATADIR [--size=SIZE] [--force] RING\n", progname);
 	printf("                                   make RING an empty ring of the cluster in DATADIR\n");
 	printf("  %s inspect [-D DATADIR] RING     show the header, the WAL range and whether a start would restore it\n", progname);
 	printf("  %s verify  [-D DATADIR] RING     check the ring as the server's restore does (uses pg_waldump)\n", progname);
@@ -98,6 +101,8 @@ usage(void)
 	printf("      --to=DIR           directory to dump into: yours and writable by no one else,\n");
 	printf("                         created with mode 0700 if missing; existing files are not overwritten\n");
 	printf("      --discard-wal      confirm that reset may discard WAL\n");
+	printf("      --force            init: overwrite data that is not a pmwal ring, or a pmwal ring\n");
+	printf("                         and the WAL it holds, after printing what it overwrites\n");
 	printf("  -?, --help             show this help, then exit\n");
 	printf("\nExit status: 0 when the ring is usable (verify: verified; init: initialised), 1 otherwise.\n");
 }
@@ -692,12 +697,55 @@ init_resize(Ring *ring, uint64 capacity)
 		pg_fatal("could not fsync ring \"%s\": %m", ring->path);
 }
 
+/* init --force over a pmwal ring: which ring, and what WAL it holds */
+static void
+describe_overwritten_ring(const RingHeader *hdr, RingCheck verdict, const char *detail,
+						  char *buf, size_t len)
+{
+	if (verdict != RING_OK)
+		snprintf(buf, len, "a pmwal ring whose header is not usable (%s)", detail);
+	else if (ring_holds_wal(hdr))
+		snprintf(buf, len, "a pmwal ring of system identifier " UINT64_FORMAT
+				 ", timeline %u, with WAL %X/%X to %X/%X (" UINT64_FORMAT
+				 " bytes, acknowledged commits up to %X/%X) that is discarded",
+				 hdr->st.s.system_identifier, hdr->st.s.timeline,
+				 LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+				 hdr->head.v - hdr->tail.v, LSN_FORMAT_ARGS(hdr->last_end.v));
+	else
+		snprintf(buf, len, "an empty pmwal ring of system identifier " UINT64_FORMAT,
+				 hdr->st.s.system_identifier);
+}
+
+/* init --force over other data: how much of its header is not zero, and where that begins */
+static void
+describe_overwritten_data(const char *page, char *buf, size_t len)
+{
+	char		hex[16 * 3 + 1];
+	int			nonzero = 0;
+	int			first = -1;
+
+	for (int i = 0; i < RING_HEADER_SIZE; i++)
+	{
+		if (page[i] == 0)
+			continue;
+		nonzero++;
+		if (first < 0)
+			first = i;
+	}
+	for (int i = 0; i < 16 && first + i < RING_HEADER_SIZE; i++)
+		snprintf(hex + i * 3, sizeof(hex) - i * 3, "%02x%s",
+				 (unsigned char) page[first + i], i < 15 ? " " : "");
+	snprintf(buf, len, "data that was not a pmwal ring (%d of its first %d bytes are not zero; at offset %d: %s)",
+			 nonzero, RING_HEADER_SIZE, first, hex);
+}
+
 /*
  * Make "path" an empty ring of the cluster "control", with "size" bytes of
- * capacity (0: what the file or device holds after the header).
+ * capacity (0: what the file or device holds after the header); with
+ * "force", whatever it holds.
  */
 static int
-cmd_init(const char *path, ControlFileData *control, uint64 size)
+cmd_init(const char *path, ControlFileData *control, uint64 size, bool force)
 {
 	Ring		ring;
 	RingHeader *hdr;
@@ -707,6 +755,7 @@ cmd_init(const char *path, ControlFileData *control, uint64 size)
 	uint64		avail;
 	uint64		capacity;
 	const char *what = "a new file";
+	char		overwrote[512];
 	RingExpect	expect = {0, 0, 0};
 	char		detail[256];
 	RingCheck	verdict;
@@ -784,17 +833,28 @@ cmd_init(const char *path, ControlFileData *control, uint64 size)
 			what = "an interrupted initialisation";
 		else if (memcmp(page.data, RING_MAGIC, RING_MAGIC_LEN) == 0)
 		{
-			pg_log_error("\"%s\" already holds a pmwal ring", path);
-			pg_log_error_hint("\"pmwal_ctl inspect\" shows what it holds; \"pmwal_ctl reset --discard-wal\" empties it, and a server re-initialises an empty ring to its pmwal.size.");
-			exit(1);
+			if (!force)
+			{
+				pg_log_error("\"%s\" already holds a pmwal ring", path);
+				pg_log_error_hint("\"pmwal_ctl inspect\" shows what it holds; \"pmwal_ctl reset --discard-wal\" empties it, and a server re-initialises an empty ring to its pmwal.size; --force overwrites it, with any WAL it holds.");
+				exit(1);
+			}
+			describe_overwritten_ring((RingHeader *) page.data, verdict, detail,
+									  overwrote, sizeof(overwrote));
+			what = overwrote;
 		}
 		else
 		{
-			pg_log_error("\"%s\" is not a pmwal ring, refusing to overwrite it", path);
-			pg_log_error_detail("Its first %d bytes are not all zero.", RING_HEADER_SIZE);
-			pg_log_error_hint("pmwal_ctl init only takes a missing path, an empty file or one whose first %d bytes are zero; remove the file if it is not needed, or give another path.",
-							  RING_HEADER_SIZE);
-			exit(1);
+			if (!force)
+			{
+				pg_log_error("\"%s\" is not a pmwal ring, refusing to overwrite it", path);
+				pg_log_error_detail("Its first %d bytes are not all zero.", RING_HEADER_SIZE);
+				pg_log_error_hint("pmwal_ctl init only takes a missing path, an empty file or one whose first %d bytes are zero; remove the file if it is not needed, or give another path; --force overwrites it (a devdax device that held other data, for example).",
+								  RING_HEADER_SIZE);
+				exit(1);
+			}
+			describe_overwritten_data(page.data, overwrote, sizeof(overwrote));
+			what = overwrote;
 		}
 	}
 
@@ -827,6 +887,13 @@ cmd_init(const char *path, ControlFileData *control, uint64 size)
 				pg_fatal("could not stat \"%s\": %m", path);
 		}
 		map_ring(&ring, &st, true);
+	}
+
+	if (what == overwrote)
+	{
+		printf("overwriting \"%s\", which holds %s\n", path, overwrote);
+		fflush(stdout);
+		what = "overwritten with --force";
 	}
 
 	/*
@@ -885,6 +952,7 @@ main(int argc, char **argv)
 		{"to", required_argument, NULL, 't'},
 		{"discard-wal", no_argument, NULL, 'x'},
 		{"size", required_argument, NULL, 's'},
+		{"force", no_argument, NULL, 'f'},
 		{"help", no_argument, NULL, '?'},
 		{NULL, 0, NULL, 0}
 	};
@@ -892,6 +960,7 @@ main(int argc, char **argv)
 	const char *datadir = NULL;
 	const char *to = NULL;
 	bool		discard = false;
+	bool		force = false;
 	uint64		size = 0;
 	int			c;
 	Ring		ring;
@@ -922,6 +991,9 @@ main(int argc, char **argv)
 			case 's':
 				size = parse_size(optarg);
 				break;
+			case 'f':
+				force = true;
+				break;
 			default:
 				/* "-?" asks for help; getopt also returns '?' for a bad option */
 				if (strcmp(argv[optind - 1], "-?") == 0)
@@ -937,11 +1009,13 @@ main(int argc, char **argv)
 		pg_fatal("expected exactly one ring path; try \"%s --help\"", progname);
 	control = read_control(datadir);
 
+	if (force && strcmp(command, "init") != 0)
+		pg_fatal("--force is only for init");
 	if (strcmp(command, "init") == 0)
 	{
 		if (control == NULL)
 			pg_fatal("init needs -D DATADIR, the data directory of the cluster the ring is for");
-		return cmd_init(argv[optind], control, size);
+		return cmd_init(argv[optind], control, size, force);
 	}
 	if (strcmp(command, "inspect") == 0)
 	{

@@ -4,7 +4,8 @@
 #
 # init: the server adopts no file it did not create (an all-zero header
 # included); init makes a missing path, an empty or all-zero file or a
-# devdax device an empty ring of the cluster, and overwrites nothing else.
+# devdax device an empty ring of the cluster, and overwrites anything else
+# (other data, a ring and its WAL) only with --force, saying what it was.
 # dump writes only files it creates itself, in a directory of its own
 # (issue 9 item 6); a character device is sized from sysfs (item 7).
 #
@@ -566,6 +567,33 @@ my $foreign_sha = $sha->($foreign);
 is($rc, 1, 'init a file that is not a ring: refused');
 like($out, qr/"\Q$foreign\E" is not a pmwal ring, refusing to overwrite it/, 'init a file that is not a ring: says so');
 is($sha->($foreign), $foreign_sha, 'init a file that is not a ring: unchanged');
+like($out, qr/--force overwrites it/, 'init a file that is not a ring: points at --force');
+
+# --force: other data (a devdax device that held a file system), or a ring
+# and the WAL it holds, after saying what it overwrites
+($rc, $out) = ctl('init', '-D', $pgdata, '--force', '--size=2', $foreign);
+is($rc, 0, 'init --force a file that is not a ring: exit 0') or diag($out);
+like($out, qr/^overwriting "\Q$foreign\E", which holds data that was not a pmwal ring \(4096 of its first 4096 bytes are not zero; at offset 0: 73 6f 6d 65 /m,
+	'init --force a file that is not a ring: says what it overwrites');
+like($out, qr/initialised ring "\Q$foreign\E" \(overwritten with --force\): capacity 2 MB/,
+	'init --force a file that is not a ring: initialised with the size given');
+is(ring_state($foreign), RING_STATE_EMPTY, 'init --force a file that is not a ring: the ring is empty');
+($rc, $out) = ctl('init', '-D', $pgdata, '--force', $new);
+is($rc, 0, 'init --force a ring: exit 0') or diag($out);
+like($out, qr/^overwriting "\Q$new\E", which holds (an empty pmwal ring|a pmwal ring) of system identifier $sysid/m,
+	'init --force a ring: says which ring it overwrites');
+is(ring_state($new), RING_STATE_EMPTY, 'init --force a ring: the ring is empty');
+ring_write_u64($new, 'head', ring_read_u64($new, 'tail') + 8192);
+ring_write_u64($new, 'state', RING_STATE_IN_USE);
+($rc, $out) = ctl('init', '-D', $pgdata, $new);
+is($rc, 1, 'init a ring in use: refused');
+($rc, $out) = ctl('init', '-D', $pgdata, '--force', $new);
+like($out, qr/which holds a pmwal ring of system identifier $sysid, timeline $tli, with WAL \S+ to \S+ \(8192 bytes, acknowledged commits up to \S+\) that is discarded/,
+	'init --force a ring holding WAL: says what WAL it discards');
+is(ring_state($new), RING_STATE_EMPTY, 'init --force a ring holding WAL: the ring is empty');
+($rc, $out) = ctl('reset', '--force', '--discard-wal', $new);
+is($rc, 1, '--force with another command: refused');
+like($out, qr/--force is only for init/, '--force with another command: says so');
 
 my $target = zero_file($node->basedir . '/target.ring', 4096 + 2 * $mb);
 my $target_sha = $sha->($target);
