@@ -268,6 +268,48 @@ devdax_size(const char *path, const struct stat *st)
 }
 
 /*
+ * The platform's persistence domain of the NVDIMM region holding the ring,
+ * as the kernel exposes it (libnvdimm's region attribute
+ * "persistence_domain": "memory_controller" with ADR, "cpu_cache" with
+ * eADR, empty when the platform claims neither), into buf; false when the
+ * ring is not on an NVDIMM region (tmpfs, an ordinary disk) or sysfs does
+ * not say.  The ring's device (a pmem block device under a DAX file system,
+ * or a devdax character device) sits below its region in sysfs.
+ */
+static bool
+persistence_domain(const struct stat *st, char *buf, size_t len)
+{
+	char		link[64];
+	char		dir[MAXPGPATH];
+	bool		dev = S_ISCHR(st->st_mode);
+
+	snprintf(link, sizeof(link), "/sys/dev/%s/%u:%u", dev ? "char" : "block",
+			 major(dev ? st->st_rdev : st->st_dev), minor(dev ? st->st_rdev : st->st_dev));
+	if (realpath(link, dir) == NULL)
+		return false;
+	while (strncmp(dir, "/sys/devices/", 13) == 0)
+	{
+		char		attr[MAXPGPATH + 32];
+		FILE	   *f;
+		char	   *slash;
+
+		snprintf(attr, sizeof(attr), "%s/persistence_domain", dir);
+		if ((f = fopen(attr, "r")) != NULL)
+		{
+			if (fgets(buf, len, f) == NULL)
+				buf[0] = '\0';	/* empty: the platform claims nothing */
+			fclose(f);
+			buf[strcspn(buf, "\n")] = '\0';
+			return true;
+		}
+		if ((slash = strrchr(dir, '/')) == NULL)
+			break;
+		*slash = '\0';
+	}
+	return false;
+}
+
+/*
  * Map the ring through its locked descriptor.  A file on a DAX file system
  * maps with MAP_SYNC (stores reach persistent memory without msync), a
  * devdax device always does; anything else is persisted with msync(), or,
@@ -535,6 +577,7 @@ pmwal_ring_attach(void)
 	RingExpect	expect;
 	RingCheck	verdict;
 	char		detail[256];
+	char		domain[64];
 	ControlFileData *control;
 	bool		crc_ok;
 	char	   *name;
@@ -646,6 +689,19 @@ pmwal_ring_attach(void)
 		ereport(WARNING,
 				(errmsg("fsync is off, so PostgreSQL's own flushes and checkpoints are not durable"),
 				 errdetail("pmwal makes commits durable through the ring and syncs pg_wal itself, but a power loss can leave data files and pg_control ahead of the WAL.")));
+	if (pmwal_ring->mode == PMWAL_MODE_PMEM && persistence_domain(&st, domain, sizeof(domain)))
+	{
+		if (strcmp(domain, "memory_controller") == 0 || strcmp(domain, "cpu_cache") == 0)
+			ereport(LOG,
+					(errmsg("pmwal ring \"%s\" is on persistent memory whose platform persistence domain is \"%s\"",
+							path, domain)));
+		else
+			ereport(WARNING,
+					(errmsg("pmwal ring \"%s\" is on persistent memory whose platform claims no persistence domain (\"%s\")",
+							path, domain),
+					 errdetail("The kernel's NVDIMM region does not say that flushed stores survive a power loss (\"memory_controller\" or \"cpu_cache\"); commits acknowledged through the ring are only as durable as the platform makes them."),
+					 errhint("Check the platform's ADR or eADR support (ndctl list -Rv); an emulated NVDIMM reports none.")));
+	}
 	ereport(LOG,
 			(errmsg("pmwal attached ring \"%s\": %llu MB, mode %s, %s",
 					path, (unsigned long long) (pmwal_ring->capacity / (1024 * 1024)),
