@@ -31,6 +31,7 @@
 #include "postgres.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <libpmem.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -280,7 +281,7 @@ static bool
 persistence_domain(const struct stat *st, char *buf, size_t len)
 {
 	char		link[64];
-	char		dir[MAXPGPATH];
+	char		dir[PATH_MAX];	/* realpath() needs PATH_MAX */
 	bool		dev = S_ISCHR(st->st_mode);
 
 	snprintf(link, sizeof(link), "/sys/dev/%s/%u:%u", dev ? "char" : "block",
@@ -289,7 +290,7 @@ persistence_domain(const struct stat *st, char *buf, size_t len)
 		return false;
 	while (strncmp(dir, "/sys/devices/", 13) == 0)
 	{
-		char		attr[MAXPGPATH + 32];
+		char		attr[PATH_MAX + 32];
 		FILE	   *f;
 		char	   *slash;
 
