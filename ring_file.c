@@ -272,7 +272,8 @@ devdax_size(const char *path, const struct stat *st)
  * The platform's persistence domain of the NVDIMM region holding the ring,
  * as the kernel exposes it (libnvdimm's region attribute
  * "persistence_domain": "memory_controller" with ADR, "cpu_cache" with
- * eADR, empty when the platform claims neither), into buf; false when the
+ * eADR; the region hides it when the platform claims neither: then an
+ * empty string), into buf; false when the
  * ring is not on an NVDIMM region (tmpfs, an ordinary disk) or sysfs does
  * not say.  The ring's device (a pmem block device under a DAX file system,
  * or a devdax character device) sits below its region in sysfs.
@@ -305,6 +306,12 @@ persistence_domain(const struct stat *st, char *buf, size_t len)
 		}
 		if ((slash = strrchr(dir, '/')) == NULL)
 			break;
+		/* a region (regionN) hides the attribute when it claims nothing */
+		if (strncmp(slash + 1, "region", 6) == 0 && isdigit((unsigned char) slash[7]))
+		{
+			buf[0] = '\0';
+			return true;
+		}
 		*slash = '\0';
 	}
 	return false;
@@ -698,10 +705,11 @@ pmwal_ring_attach(void)
 							path, domain)));
 		else
 			ereport(WARNING,
-					(errmsg("pmwal ring \"%s\" is on persistent memory whose platform claims no persistence domain (\"%s\")",
-							path, domain),
-					 errdetail("The kernel's NVDIMM region does not say that flushed stores survive a power loss (\"memory_controller\" or \"cpu_cache\"); commits acknowledged through the ring are only as durable as the platform makes them."),
-					 errhint("Check the platform's ADR or eADR support (ndctl list -Rv); an emulated NVDIMM reports none.")));
+					(errmsg("pmwal ring \"%s\" is on persistent memory whose platform claims no persistence domain",
+							path),
+					 errdetail("The NVDIMM region's persistence_domain in sysfs is %s: the platform does not promise that flushed stores survive a power loss (ADR: \"memory_controller\", eADR: \"cpu_cache\"), and commits acknowledged through the ring are only as durable as it makes them.",
+							   domain[0] ? domain : "absent"),
+					 errhint("Check the platform's ADR or eADR support (ndctl list -Rv); an emulated NVDIMM claims none.")));
 	}
 	ereport(LOG,
 			(errmsg("pmwal attached ring \"%s\": %llu MB, mode %s, %s",
