@@ -1,6 +1,7 @@
-# tools/vm/vm.sh -- the virtual machine of tools/vm/run, sourced by it:
-# its packages, kernel, initramfs and images, booting it, running commands
-# in it, and cutting its power.
+# tools/vm/vm.sh -- the virtual machine of tools/vm/run and tools/vm/bench,
+# sourced by them: its packages, kernel, initramfs and images, booting it,
+# running commands in it (with pmwal of the checkout staged), and cutting
+# its power.
 #
 # The guest boots Debian's kernel with a small initramfs (tools/vm/init)
 # that switches into the host's root file system, read-only over
@@ -218,4 +219,75 @@ vm_setup() {
 	vm_free_port
 	vm_pick_accel
 	trap '[ -n "$VM_PID" ] && kill -KILL "$VM_PID" 2>/dev/null' EXIT
+}
+
+# --- PostgreSQL in the guest (needs tools/common.sh and pick_test_user) ----
+
+# pmwal of this checkout, installed into a copy of the server's bin, lib
+# and extension directories (VM_STAGE) that vm_boot_staged mounts over the
+# host's in the guest: neither the host's installation changes nor does the
+# run depend on it staying the same.
+VM_STAGE=
+vm_stage_pmwal() {
+	local d
+	echo "== building pmwal for $("$PG_CONFIG" --version) with -Wall -Wextra -Werror"
+	make -s clean PG_CONFIG="$PG_CONFIG"
+	make -s PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Wall -Wextra -Werror"
+	VM_STAGE=$VM_DIR/stage
+	VM_STAGE_DIRS="$("$PG_CONFIG" --bindir) $("$PG_CONFIG" --pkglibdir) $("$PG_CONFIG" --sharedir)/extension"
+	rm -rf "$VM_STAGE"
+	for d in $VM_STAGE_DIRS; do
+		mkdir -p "$VM_STAGE$(dirname "$d")"
+		cp -a "$d" "$VM_STAGE$d"
+	done
+	make -s PG_CONFIG="$PG_CONFIG" install DESTDIR="$VM_STAGE" >/dev/null
+}
+
+# Boot, with the staged directories (if any) mounted over the host's.
+vm_boot_staged() {
+	vm_boot
+	[ -z "$VM_STAGE" ] || vm_cmd "for d in $VM_STAGE_DIRS; do mount --bind $VM_STAGE\$d \$d; done"
+}
+
+# The server's log in the job share, and env.sh: the settings and helpers
+# of every guest command.  Sets PG_UID and PG_GID (TEST_USER's).
+vm_guest_env() {
+	PG_UID=$(id -u "$TEST_USER")
+	PG_GID=$(id -g "$TEST_USER")
+	mkdir -p "$VM_JOB/log"
+	: >"$VM_JOB/log/server.log"
+	# the server's log, written by the server's user in the guest
+	chown "$PG_UID:$PG_GID" "$VM_JOB/log" "$VM_JOB/log/server.log"
+	chmod 700 "$VM_JOB/log"
+	chmod 600 "$VM_JOB/log/server.log"
+
+	cat >"$VM_JOB/env.sh" <<ENV
+set -e
+PGBIN=$PG_BINDIR
+PGDATA=/mnt/data/pgdata
+RING=/mnt/pmem/pg/pmwal.ring
+DAX=/dev/dax0.0
+SERVER_LOG=/mnt/job/log/server.log
+as_pg() { setpriv --reuid=$PG_UID --regid=$PG_GID --clear-groups env PATH=$PG_BINDIR:/usr/bin:/bin HOME=/tmp LANG=C "\$@"; }
+# pg_ctl -w returns once hot standby takes read-only connections: after a
+# cut into a write window, pmwal's start is an archive recovery that ends on
+# a new timeline, and rows are counted, and loads start, only after it.
+pg_start() {
+	as_pg pg_ctl -D \$PGDATA -l \$SERVER_LOG -w -t 900 start || return 1
+	for i in \$(seq 1 1800); do
+		[ "\$(as_pg psql -h /tmp -XAt -c 'SELECT pg_is_in_recovery()' postgres)" = f ] && return 0
+		sleep 0.5
+	done
+	echo "the server is still in recovery after 900 s"; return 1
+}
+pg_stop() { as_pg pg_ctl -D \$PGDATA -w -t 900 stop -m fast; }
+mounts() {
+	mountpoint -q /mnt/data || mount /dev/vda /mnt/data
+	if [ -b /dev/pmem0 ] && ! mountpoint -q /mnt/pmem; then mount -o dax /dev/pmem0 /mnt/pmem; fi
+	if [ -c \$DAX ]; then chown $PG_UID:$PG_GID \$DAX; chmod 600 \$DAX; fi
+}
+# configuration is synced at once: a cut would leave the unwritten blocks of
+# a file whose size the journal committed as zeros
+vm_conf() { printf '%s\n' "\$@" >\$PGDATA/vm.conf && chown $PG_UID:$PG_GID \$PGDATA/vm.conf && sync; }
+ENV
 }
