@@ -29,9 +29,11 @@ need_root() {
 	fi
 }
 
+# Install those of the given packages (default: $PACKAGES) that are missing;
+# APT_INSTALL_OPTS adds options to apt-get install.
 install_packages() {
-	missing=""
-	for p in $PACKAGES; do
+	local p missing=""
+	for p in ${*:-$PACKAGES}; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 	done
 	if [ -n "$missing" ]; then
@@ -39,7 +41,7 @@ install_packages() {
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get update -q
 		# shellcheck disable=SC2086
-		apt-get install -y -q $missing
+		apt-get install -y -q ${APT_INSTALL_OPTS:-} $missing
 	fi
 }
 

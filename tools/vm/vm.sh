@@ -26,17 +26,7 @@ VM_LOG=$VM_DIR/run.log
 vm_log() { echo "$*" | tee -a "$VM_LOG"; }
 
 vm_install_packages() {
-	local p missing=""
-	for p in $VM_PACKAGES; do
-		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-	done
-	if [ -n "$missing" ]; then
-		echo "== installing:$missing"
-		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -q
-		# shellcheck disable=SC2086
-		apt-get install -y -q --no-install-recommends $missing
-	fi
+	APT_INSTALL_OPTS=--no-install-recommends install_packages $VM_PACKAGES
 }
 
 # The newest installed distribution kernel whose modules are there too
