@@ -3,9 +3,9 @@
 MODULE_big = pmwal
 OBJS = \
 	$(WIN32RES) \
-	commit.o \
+	binding.o \
 	flusher.o \
-	gate.o \
+	interpose.o \
 	pmwal.o \
 	restore.o \
 	restore_timeline.o \
@@ -14,17 +14,23 @@ OBJS = \
 	state.o \
 	status.o \
 	test_pause.o \
-	wal_copy.o \
-	wal_read.o \
+	wal_ring.o \
 	wal_sync.o
 
 EXTENSION = pmwal
-DATA = pmwal--1.0.sql pmwal--1.0--1.1.sql
+DATA = pmwal--1.0.sql pmwal--1.0--1.1.sql pmwal--1.1--2.0.0.sql pmwal--2.0.0.sql
 PGFILEDESC = "pmwal - durable commits through a ring of persistent memory"
 
 SHLIB_LINK += -lpmem
 # PostgreSQL 15's headers trip -Wunused-parameter under -Wextra.
 PG_CPPFLAGS += -Wno-unused-parameter
+
+# The build for pmwal's own tests (tools/test, CI): test-only pause points
+# (test_pause.c) and the setting pmwal.test_pause.  Release builds and
+# packages leave it out.
+ifdef PMWAL_TEST
+PG_CPPFLAGS += -DPMWAL_TEST_PAUSES
+endif
 
 # pg_regress runs against its own server, which preloads pmwal on an
 # emulated ring in /dev/shm (the configuration is written below).

@@ -3,13 +3,15 @@
  * pmwal.c
  *		Durable commits through a ring of persistent memory: the door.
  *
- * pmwal keeps the newest WAL in a ring on a DAX-mapped file so that a
- * COMMIT can return once its commit record is persisted there, instead of
- * after an fsync of pg_wal.  This file defines the GUCs, installs the hooks
- * and registers the background worker; the work is done in the other files
- * (see pmwal.h).  pmwal must be loaded by shared_preload_libraries: it needs
- * shared memory, and its ring must be restored before the startup process
- * replays WAL.
+ * pmwal keeps the newest WAL in a ring on a DAX-mapped file and answers
+ * the server's syncs of its WAL segment files from it: a COMMIT returns
+ * once its WAL is persisted there, instead of after an fsync of pg_wal.
+ * This file defines the GUCs, installs the hooks, puts pmwal in front of
+ * the server's WAL system calls and registers the background worker; the
+ * work is done in the other files (see pmwal.h).  pmwal must be loaded by
+ * shared_preload_libraries: it needs shared memory, it must be in front
+ * of the WAL calls of every server process, and its ring must be restored
+ * before the startup process replays WAL.
  *
  * IDENTIFICATION
  *		pmwal.c
@@ -18,12 +20,12 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "catalog/pg_control.h"
+#include "common/controldata_utils.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "replication/syncrep.h"
-#include "replication/walsender.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
 
@@ -50,8 +52,14 @@ static bool check_pmwal_path(char **newval, void **extra, GucSource source);
 /* Every setting _PG_init defines (add new ones here too); see refuse_invalid_settings(). */
 static const char *const pmwal_setting_names[] = {
 	"pmwal.path", "pmwal.size", "pmwal.enabled", "pmwal.require_pmem",
-	"pmwal.flush_interval", "pmwal.test_pause"
+	"pmwal.flush_interval"
+#ifdef PMWAL_TEST_PAUSES
+	,"pmwal.test_pause"
+#endif
 };
+
+/* Why the WAL calls could not be interposed (NULL: they are). */
+static char *interpose_failure = NULL;
 
 /* pmwal runs only from shared_preload_libraries. */
 static void
@@ -148,24 +156,21 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	DefineCustomStringVariable("pmwal.test_pause",
-							   "Test-only pause points to hold processes at (not for production).",
-							   "A comma-separated list of point names; see test_pause.c.",
-							   &pmwal_test_pause,
-							   "",
-							   PGC_SUSET,
-							   GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
-							   NULL, pmwal_test_pause_assign, NULL);
+#ifdef PMWAL_TEST_PAUSES
+	pmwal_test_pause_define();
+#endif
 
 	MarkGUCPrefixReserved("pmwal");
 	refuse_invalid_settings(raw);
 
 	if (pmwal_path[0] != '\0')
 	{
+		char	   *why;
+
+		if (!pmwal_interpose_install(&why))
+			interpose_failure = pstrdup(why);
 		pmwal_watch_panics();
 		pmwal_flusher_register();
-		pmwal_commit_init();
-		pmwal_gate_init();
 	}
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -184,68 +189,78 @@ pmwal_shmem_request_hook(void)
 
 /*
  * Runs in the postmaster before the startup process, at the first start and
- * at every crash-restart.  The ring is attached once per server life and
- * restored into pg_wal every time, before redo.
+ * at every crash-restart.  The ring is attached once per server life,
+ * checked against the data directory and restored into pg_wal every time,
+ * before redo, and then bound to the data directory afresh.
  */
 static void
 pmwal_shmem_startup_hook(void)
 {
 	static bool attached = false;
 	bool		crash_restart = attached;
+	ControlFileData *control;
+	bool		crc_ok;
+	RestorePlan plan;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	pmwal_shmem_init();
+
+	control = get_controlfile(DataDir, &crc_ok);
+	if (!crc_ok)
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("calculated CRC checksum does not match value stored in file \"%s\"",
+						XLOG_CONTROL_FILE)));
 	if (!attached)
 	{
-		pmwal_ring_attach();
 		attached = true;
-		if (pmwal_ring != NULL && pmwal_sync_method_conflicts())
-			ereport(FATAL,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("pmwal cannot be used with wal_sync_method = %s",
-							GetConfigOption("wal_sync_method", false, false)),
-					 errdetail("pmwal writes WAL without syncing it and syncs the segments itself; a WAL file opened with O_SYNC or O_DSYNC while pmwal writes it would silently stop being synced."),
-					 errhint("Set wal_sync_method to fdatasync (the default on Linux) or fsync, or leave pmwal.path empty.")));
+		if (pmwal_path[0] == '\0')
+			pmwal_binding_inactive(control);
+		else
+		{
+			pmwal_ring_attach(control);
+			if (interpose_failure != NULL)
+				ereport(WARNING,
+						(errmsg("pmwal cannot serve WAL syncs from its ring: %s", interpose_failure),
+						 errdetail("WAL is synced to pg_wal as without pmwal; the ring is only restored."),
+						 errhint("pmwal needs a server binary linked dynamically against the C library, on x86-64 or aarch64.")));
+		}
 	}
-	pmwal_restore(crash_restart);
-	/* registered anew at every crash-restart: shmem_exit ran the old one */
-	on_shmem_exit(pmwal_exit_sync, 0);
+	if (pmwal_ring != NULL)
+	{
+		plan = pmwal_binding_check(control);
+		pmwal_restore(control, plan, crash_restart);
+		pmwal_binding_take(control);
+		/* registered anew at every crash-restart: shmem_exit ran the old one */
+		on_shmem_exit(pmwal_exit_sync, 0);
+	}
+	pfree(control);
 }
 
 /*
- * wal_sync_method open_sync and open_datasync sync through the file's open
- * flags, which PostgreSQL leaves off for a file it opens while fsync is
- * disabled -- as it is while pmwal writes WAL.
- */
-bool
-pmwal_sync_method_conflicts(void)
-{
-	return pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN ||
-		pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN_DSYNC;
-}
-
-/* Must the flusher drain the ring and keep it drained?  See the callers. */
-bool
-pmwal_ring_unusable(void)
-{
-	return pmwal_sync_method_conflicts() || pmwal_version_conflict() != NULL;
-}
-
-/*
- * Why pmwal must leave commits to PostgreSQL even though the ring works, or
- * NULL.  Forcing a commit asynchronous would skip the wait for synchronous
- * standbys, which reads the same synchronous_commit.
+ * Why WAL syncs are not answered from the ring right now, or NULL if they
+ * are (or will be, from the next WAL write on).
  */
 const char *
-pmwal_stand_aside_reason(void)
+pmwal_not_accelerated_reason(void)
 {
-	if (SyncRepRequested() && SyncRepStandbyNames != NULL &&
-		SyncRepStandbyNames[0] != '\0')
-		return "synchronous replication is requested (synchronous_standby_names is set)";
-	if (pmwal_sync_method_conflicts())
-		return "wal_sync_method is open_sync or open_datasync";
-	return pmwal_version_conflict();
+	if (pmwal_ring == NULL)
+		return "pmwal.path is not set";
+	if (!pmwal_interposed())
+		return psprintf("the server's WAL calls are not interposed: %s",
+						interpose_failure ? interpose_failure : "unknown");
+	if (RecoveryInProgress())
+		return "the server is in recovery: PostgreSQL syncs the WAL it receives or writes itself";
+	if (pg_atomic_read_u32(&pmwal_shared->enabled) == 0)
+		return "pmwal.enabled is off";
+	if (pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN ||
+		pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN_DSYNC)
+		return "wal_sync_method is open_sync or open_datasync: PostgreSQL writes WAL with O_SYNC or O_DSYNC and never syncs it";
+	if (pg_atomic_read_u32(&pmwal_shared->anchored) == 0 &&
+		pmwal_shared->pass_reason != NULL)
+		return pmwal_shared->pass_reason;
+	return NULL;
 }
 
 static bool
@@ -261,6 +276,11 @@ check_pmwal_path(char **newval, void **extra, GucSource source)
 	if ((*newval)[strlen(*newval) - 1] == '/')
 	{
 		GUC_check_errdetail("pmwal.path must name a file, not a directory.");
+		return false;
+	}
+	if (strlen(*newval) >= BINDING_PATH_LEN)
+	{
+		GUC_check_errdetail("pmwal.path must be shorter than %d bytes.", BINDING_PATH_LEN);
 		return false;
 	}
 	return true;

@@ -3,9 +3,27 @@
  * pmwal.h
  *		Declarations shared by the files of the pmwal extension.
  *
- * Each .c file owns one concern: pmwal.c is the door (GUCs, hooks, worker
- * registration), ring_format.c the on-media layout, ring_file.c opening and
- * persisting the ring, state.c the shared memory, status.c the SQL view.
+ * pmwal serves the sync of PostgreSQL's WAL segment files from a ring of
+ * persistent memory: every write the server makes into a WAL segment is
+ * also copied into the ring, and the segment's fdatasync/fsync returns
+ * once the ring holds everything written, persisted.  PostgreSQL's own
+ * flush pointer, and everything that trusts it, stays true.  The files:
+ *
+ *	pmwal.c			the door: GUCs, hooks, worker registration
+ *	interpose.c		puts pmwal in front of the server's WAL system calls
+ *	wal_ring.c		what a WAL write, a WAL sync and a pg_control write do
+ *	wal_sync.c		real syncs of pg_wal
+ *	flusher.c		the background worker that makes the ring's WAL durable
+ *					in pg_wal and frees the ring
+ *	binding.c		which ring holds this data directory's WAL, and refusing
+ *					to start on any other
+ *	restore.c		writing the ring back into pg_wal before redo
+ *	restore_timeline.c	reading pg_wal along the cluster's timelines
+ *	ring_file.c		opening, creating, locking and mapping the ring
+ *	ring_format.c	the on-media layouts (shared with pmwal_ctl)
+ *	state.c			shared memory and counters
+ *	status.c		the pmwal_status view
+ *	test_pause.c	test-only pause points (test builds only)
  *
  * IDENTIFICATION
  *		pmwal.h
@@ -17,23 +35,24 @@
 
 #include "access/xlogdefs.h"
 #include "port/atomics.h"
-#include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 
 #include "ring_format.h"
 
+struct ControlFileData;
+
 /*
- * Verified against PostgreSQL 15 to 18 (docs/versions.md): shmem_request_hook
- * and MarkGUCPrefixReserved are new in 15, and the commit path's correctness
- * rests on how each version's XLogFlush, RecordTransactionCommit and the
- * checkpointer treat the flush pointer.  Another major version must be
- * checked against DESIGN.md's hazards before it is allowed here; the names
- * that differ between versions are in pmwal_compat.h.
+ * Verified against PostgreSQL 15 to 18 (docs/versions.md): which system
+ * calls each version's XLogWrite, issue_xlog_fsync and update_controlfile
+ * make, and that the server binary makes them through its PLT.  Another
+ * major version must be checked the same way before it is allowed here.
  */
 #if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
 #error "pmwal supports PostgreSQL 15 to 18"
 #endif
+
+#define PMWAL_VERSION		"2.0.0"
 
 /* How the ring's updates are made durable. */
 typedef enum PmwalMode
@@ -56,6 +75,7 @@ typedef struct PmwalRing
 	size_t		mapped_len;
 	int			fd;				/* holds the flock() that owns the ring */
 	PmwalMode	mode;
+	char	   *path;			/* pmwal.path as attached */
 } PmwalRing;
 
 /* pmwal.c: GUC variables */
@@ -63,133 +83,91 @@ extern PGDLLIMPORT char *pmwal_path;
 extern PGDLLIMPORT int pmwal_size_mb;
 extern PGDLLIMPORT bool pmwal_enabled;
 extern PGDLLIMPORT bool pmwal_require_pmem;
+extern PGDLLIMPORT int pmwal_flush_interval;
 
 /*
- * Single-point mutations of the ring's store order (wal_copy.c,
+ * Single-point mutations of the ring's store order (wal_ring.c,
  * ring_file.c), compiled in only by tools/powercut/mutants
- * (-DPMWAL_MUTANT=n) to show that the ring cut catches them (issue 12).
- * 0 in every real build.
+ * (-DPMWAL_MUTANT=n) to show that the ring cut catches them.  0 in every
+ * real build.
  */
 #ifndef PMWAL_MUTANT
 #define PMWAL_MUTANT 0
 #endif
-#define MUTANT_NO_DRAIN			1	/* ring persists flush but never drain */
-#define MUTANT_HEAD_FIRST		2	/* head, last_end published before the copy */
-#define MUTANT_NO_PERSIST		3	/* head and last_end stored, not persisted */
-#define MUTANT_REANCHOR_ORDER	4	/* re-anchor stores head before tail */
+#define MUTANT_NO_DRAIN			1	/* copies are flushed, never drained */
+#define MUTANT_HEAD_FIRST		2	/* head published before the copy */
+#define MUTANT_NO_PERSIST		3	/* head stored, not persisted */
+#define MUTANT_TAIL_ORDER		4	/* an empty ring moved up: head before tail */
 
 /* ring_file.c */
 extern PmwalRing *pmwal_ring;	/* NULL while pmwal is inactive */
-extern void pmwal_ring_attach(void);
+extern void pmwal_ring_attach(struct ControlFileData *control);
 extern const char *pmwal_mode_name(PmwalMode mode);
 extern bool ring_persist(const void *addr, size_t len);
 extern bool ring_set_word(volatile uint64 *word, uint64 value);
-extern void ring_write(char *dst, const char *src, size_t len);
+extern void ring_set_word_or_die(volatile uint64 *word, uint64 value);
+extern void ring_copy_in(XLogRecPtr start, const char *src, size_t len);
 extern bool ring_drain(XLogRecPtr start, XLogRecPtr end);
-extern void ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity);
-
-/*
- * Why a commit could not be made durable through the ring and was made
- * durable the ordinary way (a flush with fsync, then pmwal's own sync)
- * instead.  All but FALLBACK_OVERRUN are decided before the commit's WAL is
- * written, so that PostgreSQL never trusts WAL that neither the ring nor a
- * sync holds for longer than one copy.
- */
-typedef enum PmwalFallback
-{
-	FALLBACK_INACTIVE,			/* the ring was not accepting commits */
-	FALLBACK_FULL,				/* no room in the ring within the bounded wait */
-	FALLBACK_LARGE,				/* more WAL to copy than pmwal copies at once */
-	FALLBACK_READ,				/* WAL could not be read back from pg_wal */
-	FALLBACK_RECYCLED,			/* the range's segment was already recycled */
-	FALLBACK_PERSIST,			/* persisting the ring failed (msync mode) */
-	FALLBACK_SEGMENT,			/* the WAL would enter a segment not prepared */
-	FALLBACK_PAUSED,			/* an irreversible statement runs (2PC, DROP DATABASE) */
-	FALLBACK_OVERRUN,			/* after the write: WAL inserted meanwhile did
-								 * not fit; synced at once */
-	NUM_FALLBACKS
-} PmwalFallback;
-
-/* Results of an attempt to put WAL into the ring, besides a PmwalFallback. */
-#define RING_APPEND_OK		(-1)
-#define RING_NEED_SPACE		(-2)	/* only from ring_copy_locked */
+extern void ring_write_owner(uint64 generation);
 
 /* Counters shown by pmwal_status; reset when the server (re)starts. */
 typedef enum PmwalCounter
 {
-	CTR_RING_COMMITS,			/* commits made durable through the ring */
-	CTR_COPIES,					/* copies of WAL into the ring */
+	CTR_RING_WRITES,			/* WAL writes copied into the ring */
 	CTR_BYTES_COPIED,
-	CTR_GAP_COPIES,				/* copies made by the flusher, not a commit */
-	CTR_SPACE_WAITS,			/* times a committer waited for room */
-	CTR_SYNCS,					/* sync rounds of pg_wal */
+	CTR_RING_SYNCS,				/* WAL syncs answered from the ring */
+	CTR_PASS_WRITES,			/* WAL writes not copied (see reason) */
+	CTR_PASS_SYNCS,				/* WAL syncs left to the file system */
+	CTR_FULL,					/* a write found the ring full and made room */
+	CTR_LARGE,					/* a write larger than the ring could take */
+	CTR_RETIRES,				/* the ring was given up for ordinary syncs */
+	CTR_ANCHORS,				/* the ring was anchored at a write */
+	CTR_SYNC_ROUNDS,			/* rounds of real syncs of pg_wal */
 	CTR_SEGMENTS_SYNCED,		/* fdatasync() calls on segments */
 	CTR_DIR_SYNCS,				/* fsync() calls on pg_wal/ */
-	CTR_SEGMENTS_PREPARED,		/* segments the flusher created or synced ahead */
-	CTR_FALLBACK_FIRST,			/* one counter per PmwalFallback */
-	NUM_COUNTERS = CTR_FALLBACK_FIRST + NUM_FALLBACKS
+	CTR_CONTROL_SYNCS,			/* real syncs before a pg_control write */
+	NUM_COUNTERS
 } PmwalCounter;
 
 /*
- * State every process consults.  Positions are LSNs.
+ * State every process consults.  Positions are LSNs on the timeline "tli".
  *
- *	durable_lsn		all WAL before it is fsynced in pg_wal, directory entries
- *					included; always a record boundary
- *	ack_lsn			a commit record ending at or before it may be
- *					acknowledged: Max(ring last_end, durable_lsn)
- *	cover_lsn		all WAL before it survives a power loss:
- *					Max(ring head, durable_lsn)
- *	pending_end		highest commit end that is waiting for the ring; the
- *					copier moves last_end up to it
- *	writes_open		commits between their announcement (before their write
- *					without fsync) and the end of their ring copy
- *	nosync_upto		highest flush pointer a write without fsync left behind
- *	prepared_segno	pg_wal/ holds every segment up to this one of timeline
- *					"tli", created and synced with its directory entry
- *	accepting		a commit may start a write without fsync
- *	paused			statements that must see only real flushes are running
- *	exposure_*		mirror of the ring's "exposed" word, and the flusher's
- *					handshake for clearing it (see wal_copy.c)
+ *	anchored		every WAL write since the ring was anchored was copied
+ *					into it: a WAL sync may be answered from the ring
+ *	copied_end		end of what was copied (and drained) into the ring
+ *	written_end		end of what was written into pg_wal's segment files
+ *	durable_lsn		everything written before it is synced in pg_wal by a
+ *					real sync of pmwal's, directory entries included; 0
+ *					until the first WAL write after recovery (everything
+ *					before that is durable: the restore and PostgreSQL's own
+ *					syncs during recovery made it so)
  *
- * All positions only move forward.  ring_lock serialises copying into the
- * ring and every change of the ring's tail, head and last_end.  sync_lock
- * serialises syncing pg_wal and advancing durable_lsn; ring_lock is taken
- * after it, never before.
+ * ring_lock serialises every change of these and of the ring's tail and
+ * head; sync_lock serialises real syncs and advancing durable_lsn, and is
+ * taken before ring_lock, never after.  WAL writes themselves are
+ * serialised by PostgreSQL (XLogWrite runs under WALWriteLock).
  */
 typedef struct PmwalShared
 {
 	LWLock	   *ring_lock;
 	LWLock	   *sync_lock;
 
-	/*
-	 * Every commit reads the first group and writes the other two; each
-	 * group has a cache line of its own so that the writes of one core do
-	 * not keep invalidating what the other core only reads.
-	 */
-	pg_atomic_uint32 accepting pg_attribute_aligned(PG_CACHE_LINE_SIZE);
-	pg_atomic_uint32 paused;
-	pg_atomic_uint32 exposure_marked;
-	pg_atomic_uint32 exposure_clearing;
-	pg_atomic_uint32 flusher_idle;
+	/* read by every WAL write and sync */
+	pg_atomic_uint32 enabled pg_attribute_aligned(PG_CACHE_LINE_SIZE);
+	pg_atomic_uint32 anchored;
 	pg_atomic_uint64 durable_lsn;
-	pg_atomic_uint64 ack_lsn;
-	pg_atomic_uint64 cover_lsn;
-	pg_atomic_uint64 prepared_segno;
-	pg_atomic_uint64 pending_end pg_attribute_aligned(PG_CACHE_LINE_SIZE);
-	pg_atomic_uint32 writes_open pg_attribute_aligned(PG_CACHE_LINE_SIZE);
-	pg_atomic_uint64 nosync_upto;
+	pg_atomic_uint64 written_end;
 
-	/* the rest is read and written by the flusher and under ring_lock */
-	TimeLineID	tli pg_attribute_aligned(PG_CACHE_LINE_SIZE);	/* timeline of the WAL in the ring */
-	XLogSegNo	dir_synced_segno;	/* pg_wal/ fsynced since it existed */
+	/* under ring_lock */
+	XLogRecPtr	copied_end pg_attribute_aligned(PG_CACHE_LINE_SIZE);
+	TimeLineID	tli;
+	XLogSegNo	dir_synced_segno;	/* pg_wal/ fsynced since it held this
+									 * (under sync_lock) */
+	const char *pass_reason;	/* why the last write was not copied */
+
 	pid_t		flusher_pid;
 	Latch	   *flusher_latch;
 	pg_atomic_uint32 panicked;	/* a process PANICked since the last reset */
-	ConditionVariable space_cv; /* committers waiting for room */
-	pg_atomic_uint32 space_waiters;
-
-	/* wait events: a committer waiting for room, the flusher's sleep */
-	uint32		wait_event_space;
 	uint32		wait_event_flusher;
 } PmwalShared;
 
@@ -200,80 +178,96 @@ extern void pmwal_shmem_init(void);
 extern void pmwal_count(PmwalCounter counter, uint64 n);
 extern uint64 pmwal_counter_total(PmwalCounter counter);
 extern void pmwal_advance(pg_atomic_uint64 *lsn, XLogRecPtr to);
-extern const char *pmwal_fallback_name(PmwalFallback reason);
 
 /* pmwal.c */
-extern PGDLLIMPORT int pmwal_flush_interval;
 extern void pmwal_check_loaded(void);
-extern const char *pmwal_stand_aside_reason(void);
-extern bool pmwal_sync_method_conflicts(void);
-extern bool pmwal_ring_unusable(void);
+extern const char *pmwal_not_accelerated_reason(void);
 
-/* commit.c */
-extern void pmwal_commit_init(void);
+/* interpose.c */
 
-/* wal_copy.c */
-
-/* Who copies WAL into the ring; see ring_copy_locked(). */
-typedef enum CopyKind
+/* What a descriptor the server opened is to pmwal. */
+typedef enum WalFdKind
 {
-	COPY_WINDOW,				/* a committer after its write without fsync */
-	COPY_FLUSHER,				/* the flusher, covering a gap */
-	COPY_COVER					/* anyone making sure flushed WAL is covered */
-} CopyKind;
+	FD_OTHER = 0,
+	FD_WAL,						/* a WAL segment file */
+	FD_WAL_PASS,				/* one opened with O_SYNC, O_DSYNC or O_DIRECT */
+	FD_CONTROL					/* global/pg_control */
+} WalFdKind;
 
-extern int	write_window_open(XLogRecPtr end);
-extern void write_window_close(void);
-extern int	ring_append(XLogRecPtr end, bool is_commit, CopyKind kind);
-extern int	ring_copy_locked(XLogRecPtr end, bool is_commit, CopyKind kind);
-extern int	ring_reanchor_locked(XLogRecPtr at);
-extern void ring_publish_acks(void);
-extern void exposure_clear_if_quiet(void);
-extern void wait_for_writes_closed(void);
+typedef struct WalFd
+{
+	uint8		kind;			/* WalFdKind */
+	TimeLineID	tli;
+	XLogSegNo	segno;
+} WalFd;
 
-/* wal_read.c */
-extern int	wal_read(char *dst, XLogRecPtr start, Size len, TimeLineID tli);
-extern void wal_read_close(void);
+extern bool pmwal_interpose_install(char **why);
+extern bool pmwal_interposed(void);
+extern const char *pmwal_interpose_failure(void);
+
+/* wal_ring.c: called by interpose.c for the server's WAL descriptors */
+extern ssize_t ring_on_wal_pwrite(int fd, const WalFd *wfd, const void *buf,
+								  size_t len, off_t offset);
+extern void ring_on_wal_other_write(const WalFd *wfd);
+extern int	ring_on_wal_sync(int fd, const WalFd *wfd, bool datasync);
+extern void ring_on_control_write(void);
+extern void ring_make_durable(bool empty);
+extern void ring_free_up_to(XLogRecPtr durable);
 
 /* wal_sync.c */
-extern void pmwal_sync_upto(XLogRecPtr upto, XLogRecPtr boundary);
-extern void pmwal_ensure_durable(XLogRecPtr end, bool is_commit);
-extern XLogRecPtr pmwal_write_boundary(void);
+extern void pmwal_sync_range(XLogRecPtr upto);
 extern bool pmwal_fsync_fd(int fd, const char *path, int elevel);
 extern bool pmwal_fsync_path(const char *path, bool isdir, int elevel);
-extern int	pmwal_prepare_segments(XLogRecPtr upto, TimeLineID tli);
+
+/* binding.c: what a start does with the ring it found */
+typedef enum RestorePlan
+{
+	RESTORE_NOTHING,			/* the ring holds no WAL */
+	RESTORE_DROP,				/* it holds only WAL a base backup has: empty it */
+	RESTORE_WRITE				/* it holds this cluster's WAL: restore it */
+} RestorePlan;
+
+extern void pmwal_binding_allows_new_ring(struct ControlFileData *control, const char *path);
+extern void pmwal_binding_inactive(struct ControlFileData *control);
+extern RestorePlan pmwal_binding_check(struct ControlFileData *control);
+extern void pmwal_binding_take(struct ControlFileData *control);
+extern void pmwal_generation_bump(void);
 
 /* restore.c */
-extern void pmwal_restore(bool crash_restart);
+extern void pmwal_restore(struct ControlFileData *control, RestorePlan plan,
+						  bool crash_restart);
 extern void pmwal_exit_sync(int code, Datum arg);
 extern void pmwal_watch_panics(void);
+extern bool pmwal_cluster_shut_down(struct ControlFileData *control);
 
 /* restore_timeline.c */
-struct ControlFileData;
 extern void pmwal_restore_history_init(struct ControlFileData *control);
 extern TimeLineID pmwal_restore_timeline(struct ControlFileData *control, TimeLineID ring_tli,
 										 XLogRecPtr tail, XLogRecPtr head);
 extern int	pmwal_open_segment(XLogSegNo segno, char *path);
-extern void pmwal_reserve_promotion_timeline(struct ControlFileData *control,
-											 XLogRecPtr shipped_after);
 
-/* gate.c */
-extern void pmwal_gate_init(void);
-extern bool pmwal_finishing_prepared(void);
-
-/* test_pause.c: test-only pause points, inert unless pmwal.test_pause is set */
+/*
+ * test_pause.c: test-only pause points, compiled in only when pmwal is
+ * built for its tests (make PMWAL_TEST=1, as tools/test does): a release
+ * build has neither the points nor the setting pmwal.test_pause.
+ */
+#ifdef PMWAL_TEST_PAUSES
 extern PGDLLIMPORT char *pmwal_test_pause;
 extern PGDLLIMPORT bool pmwal_pause_armed;
-extern void pmwal_test_pause_assign(const char *newval, void *extra);
+extern void pmwal_test_pause_define(void);
 extern void pmwal_pause_point_slow(const char *point);
 #define PMWAL_PAUSE_POINT(point) \
 	do { \
 		if (unlikely(pmwal_pause_armed)) \
 			pmwal_pause_point_slow(point); \
 	} while (0)
+#else
+#define PMWAL_PAUSE_POINT(point)	((void) 0)
+#endif
 
 /* flusher.c */
 extern void pmwal_flusher_register(void);
+extern void pmwal_wake_flusher(void);
 PGDLLEXPORT void pmwal_flusher_main(Datum main_arg);
 
 #endif							/* PMWAL_H */

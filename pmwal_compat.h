@@ -4,9 +4,8 @@
  *		The differences between the PostgreSQL major versions pmwal builds
  *		against (15 to 18), in one place.
  *
- * Only names and signatures differ here; what each version's WAL code does
- * with the flush pointer was checked against DESIGN.md's hazards (README,
- * "Supported versions").
+ * Only names and signatures differ here; which system calls each version's
+ * WAL code makes was checked against the interposer (docs/versions.md).
  *
  * IDENTIFICATION
  *		pmwal_compat.h
@@ -48,35 +47,5 @@
 #else
 #define pmwal_new_wait_event(name)	PG_WAIT_EXTENSION
 #endif
-
-/*
- * Settings of newer versions under which WAL that pmwal wrote without fsync
- * would be read or written in ways it was not proven with; the ring is
- * drained and commits are left to PostgreSQL while one is on.  The WAL
- * summarizer (17) turns WAL up to the flush pointer into summary files that
- * incremental backups trust, and nothing would tell it that a power cut
- * took part of that WAL; debug_io_direct = wal (16) is a developer setting
- * pmwal is not tested with.
- */
-#if PG_VERSION_NUM >= 170000
-#include "postmaster/walsummarizer.h"
-#endif
-#if PG_VERSION_NUM >= 160000
-#include "storage/fd.h"
-#endif
-
-static inline const char *
-pmwal_version_conflict(void)
-{
-#if PG_VERSION_NUM >= 170000
-	if (summarize_wal)
-		return "summarize_wal is on";
-#endif
-#if PG_VERSION_NUM >= 160000
-	if (io_direct_flags & IO_DIRECT_WAL)
-		return "debug_io_direct includes wal";
-#endif
-	return NULL;
-}
 
 #endif							/* PMWAL_COMPAT_H */

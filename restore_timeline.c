@@ -7,9 +7,9 @@
  * pg_control names the timeline of the last checkpoint.  Right after a
  * promotion it still names the old one: the standby's last restartpoint
  * was on it, and the first checkpoint on the new timeline takes a while.
- * The flusher anchors the ring on the new timeline at once, so a crash in
- * between leaves a ring whose WAL belongs to a newer timeline than
- * pg_control's.  PostgreSQL's crash recovery follows the promotion there
+ * The ring is anchored on the new timeline at the first write after the
+ * promotion, so a crash in between leaves a ring whose WAL belongs to a
+ * newer timeline than pg_control's.  PostgreSQL's crash recovery follows the promotion there
  * (pg_control's minRecoveryPointTLI names it, and its history file is in
  * pg_wal), so the ring's WAL is restored into that timeline's segment
  * files when the new timeline's history says it descends from the
@@ -38,16 +38,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "access/timeline.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_control.h"
-#include "common/archive.h"
-#include "port.h"
-#include "utils/guc.h"
 
 #include "pmwal.h"
 
@@ -55,7 +51,7 @@
 static List *restore_history = NIL;
 
 static const char *timeline_hint =
-"See \"When the ring cannot be restored\" in pmwal's README: \"pmwal_ctl dump\" saves the ring's WAL, \"pmwal_ctl reset --discard-wal\" lets the server start without it.";
+"\"pmwal_ctl dump\" saves the ring's WAL, \"pmwal_ctl reset --discard-wal\" lets the server start without it.";
 
 static TimeLineHistoryEntry *
 history_entry(List *history, TimeLineID tli)
@@ -113,7 +109,7 @@ pmwal_restore_timeline(ControlFileData *control, TimeLineID ring_tli,
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("pmwal ring \"%s\" holds WAL of timeline %u that is not part of this cluster's history; nothing was restored",
-						pmwal_path, ring_tli),
+						pmwal_ring->path, ring_tli),
 				 ring != NULL && ring->end != InvalidXLogRecPtr ?
 				 errdetail("The ring holds %X/%X to %X/%X, but the cluster (timeline %u) left timeline %u at %X/%X.  Commits acknowledged after that point were made on a history that was abandoned (pg_rewind or a failover).",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), ckpt_tli,
@@ -133,7 +129,7 @@ pmwal_restore_timeline(ControlFileData *control, TimeLineID ring_tli,
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("pmwal ring \"%s\" holds WAL of timeline %u, but recovery would replay timeline %u; nothing was restored",
-						pmwal_path, ring_tli, target),
+						pmwal_ring->path, ring_tli, target),
 				 errdetail("The ring holds %X/%X to %X/%X.  pg_control names timeline %u for its last checkpoint and %u for its minimum recovery point.",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
 						   ckpt_tli, control->minRecoveryPointTLI),
@@ -147,7 +143,7 @@ pmwal_restore_timeline(ControlFileData *control, TimeLineID ring_tli,
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("pmwal ring \"%s\" holds WAL of timeline %u, which does not descend from the cluster's timeline %u before the ring starts; nothing was restored",
-						pmwal_path, ring_tli, ckpt_tli),
+						pmwal_ring->path, ring_tli, ckpt_tli),
 				 from == NULL || from->end == InvalidXLogRecPtr ?
 				 errdetail("The ring holds %X/%X to %X/%X; the history file of timeline %u in pg_wal does not name timeline %u.",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), ring_tli, ckpt_tli) :
@@ -158,7 +154,7 @@ pmwal_restore_timeline(ControlFileData *control, TimeLineID ring_tli,
 				 errhint("%s", timeline_hint)));
 	ereport(LOG,
 			(errmsg("pmwal ring \"%s\" holds WAL of timeline %u, which descends from the checkpoint's timeline %u at %X/%X: restoring it on timeline %u",
-					pmwal_path, ring_tli, ckpt_tli, LSN_FORMAT_ARGS(from->end), ring_tli)));
+					pmwal_ring->path, ring_tli, ckpt_tli, LSN_FORMAT_ARGS(from->end), ring_tli)));
 	return ring_tli;
 }
 
@@ -188,89 +184,4 @@ pmwal_open_segment(XLogSegNo segno, char *path)
 			return fd;
 	}
 	return -1;
-}
-
-/*
- * Does the archive hold the history file "fname"?  Asked the way recovery
- * asks, through restore_command, into a scratch file in pg_wal.
- */
-static bool
-archive_has(const char *fname, XLogRecPtr redo, TimeLineID redo_tli)
-{
-	const char *restore_command = GetConfigOption("restore_command", true, false);
-	char		scratch[MAXPGPATH];
-	char		lastRestartPointFname[MAXFNAMELEN];
-	char	   *command;
-	XLogSegNo	segno;
-	struct stat st;
-	int			rc;
-	bool		found;
-
-	if (restore_command == NULL || restore_command[0] == '\0')
-		return false;
-	snprintf(scratch, sizeof(scratch), XLOGDIR "/pmwal_probe.history");
-	unlink(scratch);
-	XLByteToSeg(redo, segno, wal_segment_size);
-	XLogFileName(lastRestartPointFname, redo_tli, segno, wal_segment_size);
-	command = BuildRestoreCommand(restore_command, scratch, fname, lastRestartPointFname);
-	fflush(NULL);
-	rc = system(command);
-	if (rc == -1 || WIFSIGNALED(rc) || (WIFEXITED(rc) && WEXITSTATUS(rc) > 125))
-		ereport(FATAL,
-				(errcode(ERRCODE_SYSTEM_ERROR),
-				 errmsg("pmwal could not ask the archive for \"%s\": restore_command failed: %s",
-						fname, wait_result_to_str(rc)),
-				 errdetail("The failed command was: %s", command)));
-	found = rc == 0 && stat(scratch, &st) == 0;
-	unlink(scratch);
-	pfree(command);
-	return found;
-}
-
-/*
- * Leave the next timeline to a standby's promotion, before a restore's
- * recovery ends on a new timeline (a write window was open, restore.c).
- *
- * That recovery runs on the old primary, often while a standby of it is
- * promoted, and both would pick the same timeline ID: the one after the
- * newest they know.  Two histories under one ID defeat pg_rewind ("source
- * and target cluster are on the same timeline", so no rewind) and let a
- * standby follow the wrong one.  So the restore writes a history file for
- * the first ID that neither pg_wal nor the archive knows -- the one a
- * standby's promotion takes -- and recovery, which targets the timeline
- * it starts on (recovery_target_timeline = 'current'), selects the ID after
- * it.  The file names the point after which WAL may have been shipped; no
- * WAL is ever written on that timeline.  It is archived like any history
- * file, so that an archive has no gap in its timeline IDs (recovery's
- * search for the latest timeline stops at the first missing one).
- */
-void
-pmwal_reserve_promotion_timeline(ControlFileData *control, XLogRecPtr shipped_after)
-{
-	TimeLineID	target = Max(control->minRecoveryPointTLI,
-							 control->checkPointCopy.ThisTimeLineID);
-	TimeLineID	reserved;
-	char		fname[MAXFNAMELEN];
-	char		path[MAXPGPATH];
-	struct stat st;
-
-	for (reserved = target + 1;; reserved++)
-	{
-		TLHistoryFileName(fname, reserved);
-		TLHistoryFilePath(path, reserved);
-		if (stat(path, &st) != 0 &&
-			!archive_has(fname, control->checkPointCopy.redo,
-						 control->checkPointCopy.ThisTimeLineID))
-			break;
-	}
-	writeTimeLineHistory(reserved, target, shipped_after,
-						 "pmwal: no WAL; left for the promotion of a standby that may hold WAL after this point");
-	/* PostgreSQL's own syncs are no-ops under fsync = off (pg_rewind's -F) */
-	pmwal_fsync_path(path, false, FATAL);
-	pmwal_fsync_path(XLOGDIR, true, FATAL);
-	ereport(LOG,
-			(errmsg("pmwal leaves timeline %u to a standby's promotion: recovery ends on timeline %u or later",
-					reserved, reserved + 1),
-			 errdetail("A standby of this server promoted meanwhile takes timeline %u; two histories under one timeline ID would defeat pg_rewind.",
-					   reserved)));
 }

@@ -18,10 +18,13 @@
  * it did not initialise: a missing ring is built in an unnamed file
  * (O_TMPFILE) and linked into place only once complete, so no kill leaves
  * a half-made ring behind; an existing file that is not a pmwal ring is
- * refused.  An empty ring may be re-initialised (new size, new timeline):
- * its state word says REINIT before anything else changes, so a kill at
- * any store leaves a ring the next start initialises again (I6).  A ring
- * that holds WAL never is.
+ * refused.  A ring is created only where the data directory's binding
+ * allows it (binding.c: a missing ring that may have held acknowledged WAL
+ * is not silently replaced).  An empty ring may be re-initialised (new
+ * size, a ring of format 1): its state word says REINIT before anything
+ * else changes, so a kill at any store leaves a ring the next start
+ * initialises again (I6); it keeps its ring_id.  A ring that holds WAL
+ * never is.
  *
  * IDENTIFICATION
  *		ring_file.c
@@ -37,12 +40,14 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
-#include "common/controldata_utils.h"
+#include "catalog/pg_control.h"
 #include "miscadmin.h"
+#include "utils/memutils.h"
 
 #include "pmwal.h"
 
@@ -85,22 +90,33 @@ ring_persist(const void *addr, size_t len)
 }
 
 /*
- * Copy into the ring without waiting for persistence; ring_drain() makes a
- * range of such copies durable.  On pmem, large copies use non-temporal
- * stores, so draining is one fence.
+ * Copy WAL [start, start + len) into the ring, at its ring offsets, without
+ * waiting for persistence; ring_drain() makes it durable.  On pmem, large
+ * copies use non-temporal stores, so draining is one fence.
  */
 void
-ring_write(char *dst, const char *src, size_t len)
+ring_copy_in(XLogRecPtr start, const char *src, size_t len)
 {
-	if (pmwal_ring->mode == PMWAL_MODE_MSYNC)
-		memcpy(dst, src, len);
-	else
-		pmem_memcpy_nodrain(dst, src, len);
+	uint64		cap = pmwal_ring->capacity;
+
+	while (len > 0)
+	{
+		uint64		off = RING_OFFSET(cap, start);
+		size_t		n = Min(len, cap - off);
+
+		if (pmwal_ring->mode == PMWAL_MODE_MSYNC)
+			memcpy(pmwal_ring->data + off, src, n);
+		else
+			pmem_memcpy_nodrain(pmwal_ring->data + off, src, n);
+		src += n;
+		start += n;
+		len -= n;
+	}
 }
 
 /*
- * Make the ring_write() copies of WAL [start, end) durable.  Returns false
- * only in msync mode, when msync() failed.
+ * Make the ring_copy_in() copies of WAL [start, end) durable.  Returns
+ * false only in msync mode, when msync() failed.
  */
 bool
 ring_drain(XLogRecPtr start, XLogRecPtr end)
@@ -129,28 +145,65 @@ ring_set_word(volatile uint64 *word, uint64 value)
 }
 
 /* Like ring_set_word, where a failure cannot be handled but by stopping. */
-static void
+void
 ring_set_word_or_die(volatile uint64 *word, uint64 value)
 {
 	PMWAL_PAUSE_POINT("header_store");
 	if (!ring_set_word(word, value))
 		ereport(FATAL,
 				(errcode_for_file_access(),
-				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_path)));
+				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
 }
 
 /*
- * Write a fresh static header and leave the ring empty.  The state word
- * says REINIT first, so a crash at any later store is recognised as an
- * interrupted initialisation of an empty ring (ring_check_header).
+ * Record in the empty ring which data directory binds it, at which
+ * generation (for messages and pmwal_ctl; binding.c decides with the
+ * generation word and the data directory's binding file).
  */
 void
-ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity)
+ring_write_owner(uint64 generation)
+{
+	RingOwner	owner;
+	char		datadir[PATH_MAX];	/* realpath() needs PATH_MAX */
+
+	Assert(!ring_holds_wal(pmwal_ring->hdr));
+	memset(&owner, 0, sizeof(owner));
+	owner.generation = generation;
+	owner.bound_at = (int64) time(NULL);
+	strlcpy(owner.datadir, realpath(DataDir, datadir) ? datadir : DataDir,
+			sizeof(owner.datadir));
+	owner.crc = ring_owner_crc(&owner);
+	PMWAL_PAUSE_POINT("header_store");
+	memcpy((void *) &pmwal_ring->hdr->owner, &owner, sizeof(owner));
+	if (!ring_persist(&pmwal_ring->hdr->owner, sizeof(owner)))
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
+}
+
+/* A fresh ring_id: random, so that no two rings share one. */
+static void
+new_ring_id(uint8 *ring_id)
+{
+	if (!pg_strong_random(ring_id, RING_ID_LEN))
+		ereport(FATAL,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random ring identifier")));
+}
+
+/*
+ * Write a fresh static header and leave the ring empty, keeping its
+ * ring_id.  The state word says REINIT first, so a crash at any later
+ * store is recognised as an interrupted initialisation of an empty ring
+ * (ring_check_header).
+ */
+static void
+ring_write_static(uint64 sysid, uint64 capacity, const uint8 *ring_id)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
 	RingStatic	st;
 
-	ring_fill_static(&st, sysid, tli, wal_segment_size, capacity);
+	ring_fill_static(&st, sysid, wal_segment_size, capacity, ring_id);
 	if (hdr->state.v != RING_STATE_REINIT)
 		ring_set_word_or_die(&hdr->state.v, RING_STATE_REINIT);
 	PMWAL_PAUSE_POINT("header_store");
@@ -158,11 +211,10 @@ ring_write_static(uint64 sysid, TimeLineID tli, uint64 capacity)
 	if (!ring_persist(&hdr->st.s, sizeof(st)))
 		ereport(FATAL,
 				(errcode_for_file_access(),
-				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_path)));
+				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
 	ring_set_word_or_die(&hdr->tail.v, 0);
 	ring_set_word_or_die(&hdr->head.v, 0);
-	ring_set_word_or_die(&hdr->last_end.v, 0);
-	ring_set_word_or_die(&hdr->exposed.v, 0);
+	ring_set_word_or_die(&hdr->timeline.v, 0);
 	ring_set_word_or_die(&hdr->state.v, RING_STATE_EMPTY);
 	pmwal_ring->capacity = capacity;
 }
@@ -205,6 +257,7 @@ ring_create(int dirfd, const char *name, const char *path,
 {
 	PGAlignedBlock page;
 	RingHeader *hdr = (RingHeader *) page.data;
+	uint8		ring_id[RING_ID_LEN];
 	char		procpath[64];
 	int			fd;
 
@@ -219,9 +272,9 @@ ring_create(int dirfd, const char *name, const char *path,
 
 	StaticAssertStmt(sizeof(page) >= RING_HEADER_SIZE, "header page too small");
 	memset(page.data, 0, RING_HEADER_SIZE);
+	new_ring_id(ring_id);
 	ring_fill_static(&hdr->st.s, control->system_identifier,
-					 control->checkPointCopy.ThisTimeLineID,
-					 control->xlog_seg_size, capacity);
+					 control->xlog_seg_size, capacity, ring_id);
 	hdr->state.v = RING_STATE_EMPTY;
 	if (pg_pwrite(fd, page.data, RING_HEADER_SIZE, 0) != RING_HEADER_SIZE ||
 		fsync(fd) != 0)
@@ -418,6 +471,14 @@ ring_open_directory(const char *path, char **name)
 				 errmsg("directory of pmwal ring \"%s\" does not exist", path),
 				 errdetail("pmwal creates the ring file on first start, but \"%s\" is not an existing directory.", dir),
 				 errhint("Create the directory on a DAX file system (or use /dev/shm to try pmwal), or correct pmwal.path.")));
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) != 0 &&
+		st.st_uid != 0 && st.st_uid != geteuid())
+		ereport(FATAL,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("directory of pmwal ring \"%s\" is writable by other users and owned by another user", path),
+				 errdetail("\"%s\" is sticky with permissions %04o, but owned by user ID %u: its owner may remove or replace the ring of any user.",
+						   dir, (unsigned) (st.st_mode & 07777), (unsigned) st.st_uid),
+				 errhint("Put the ring in a directory owned by the server's user or by root.")));
 	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
 		ereport(FATAL,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -523,6 +584,13 @@ ring_refuse(RingCheck verdict, const char *path, const char *detail)
 		case RING_BAD_RANGE:
 			what = "has inconsistent positions";
 			break;
+		case RING_OLD_VERSION_WITH_WAL:
+			ereport(FATAL,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("pmwal ring \"%s\" was written by an older pmwal and holds WAL", path),
+					 errdetail_internal("%s", detail),
+					 errhint("Start the server once with the pmwal that wrote the ring, so that it restores the WAL, and stop it cleanly; then upgrade.  \"pmwal_ctl dump\" of that version saves the WAL.")));
+			break;
 		default:
 			elog(FATAL, "unexpected pmwal ring verdict %d", (int) verdict);
 			return;
@@ -544,6 +612,7 @@ ring_reinitialise(int fd, const char *path, const struct stat *st,
 				  ControlFileData *control, uint64 capacity)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
+	uint8		ring_id[RING_ID_LEN];
 
 	if (hdr->state.v != RING_STATE_REINIT)
 		ring_set_word_or_die(&hdr->state.v, RING_STATE_REINIT);
@@ -560,6 +629,7 @@ ring_reinitialise(int fd, const char *path, const struct stat *st,
 					(errcode_for_file_access(),
 					 errmsg("could not stat pmwal ring \"%s\": %m", path)));
 		ring_map(fd, path, &now);
+		hdr = pmwal_ring->hdr;
 	}
 	if (pmwal_ring->mapped_len < RING_HEADER_SIZE + capacity)
 		ereport(FATAL,
@@ -568,8 +638,14 @@ ring_reinitialise(int fd, const char *path, const struct stat *st,
 				 errdetail("The device holds %llu bytes; the ring needs %llu.",
 						   (unsigned long long) pmwal_ring->mapped_len,
 						   (unsigned long long) (RING_HEADER_SIZE + capacity))));
-	ring_write_static(control->system_identifier,
-					  control->checkPointCopy.ThisTimeLineID, capacity);
+	/* keep the ring's identity; a ring of format 1, or none, gets one */
+	if (hdr->st.s.format_version == RING_FORMAT_VERSION &&
+		memcmp(hdr->st.s.magic, RING_MAGIC, RING_MAGIC_LEN) == 0 &&
+		!ring_all_zero((const char *) hdr->st.s.ring_id, RING_ID_LEN))
+		memcpy(ring_id, hdr->st.s.ring_id, RING_ID_LEN);
+	else
+		new_ring_id(ring_id);
+	ring_write_static(control->system_identifier, capacity, ring_id);
 }
 
 /*
@@ -577,7 +653,7 @@ ring_reinitialise(int fd, const char *path, const struct stat *st,
  * that loses nothing.  Called once per server life, in the postmaster.
  */
 void
-pmwal_ring_attach(void)
+pmwal_ring_attach(ControlFileData *control)
 {
 	const char *path = pmwal_path;
 	uint64		capacity = (uint64) pmwal_size_mb * 1024 * 1024;
@@ -586,30 +662,18 @@ pmwal_ring_attach(void)
 	RingCheck	verdict;
 	char		detail[256];
 	char		domain[64];
-	ControlFileData *control;
-	bool		crc_ok;
 	char	   *name;
 	int			dirfd;
 	int			fd;
 
 	Assert(pmwal_ring == NULL);
-	if (path == NULL || path[0] == '\0')
-	{
-		ereport(LOG,
-				(errmsg("pmwal is inactive because pmwal.path is not set")));
-		return;
-	}
-	control = get_controlfile(DataDir, &crc_ok);
-	if (!crc_ok)
-		ereport(FATAL,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("calculated CRC checksum does not match value stored in file \"%s\"",
-						XLOG_CONTROL_FILE)));
+	Assert(path != NULL && path[0] != '\0');
 
 	dirfd = ring_open_directory(path, &name);
 	fd = ring_open(dirfd, name, path, &st);
 	if (fd < 0)
 	{
+		pmwal_binding_allows_new_ring(control, path);
 		ring_create(dirfd, name, path, control, capacity);
 		fd = ring_open(dirfd, name, path, &st);
 		if (fd < 0)
@@ -643,6 +707,7 @@ pmwal_ring_attach(void)
 	pmwal_ring = &ring_storage;
 	pmwal_ring->fd = fd;
 	pmwal_ring->capacity = capacity;
+	pmwal_ring->path = MemoryContextStrdup(TopMemoryContext, path);
 	ring_map(fd, path, &st);
 
 	if (pmwal_ring->mode == PMWAL_MODE_MSYNC && pmwal_require_pmem)
@@ -717,5 +782,4 @@ pmwal_ring_attach(void)
 					pmwal_mode_name(pmwal_ring->mode),
 					ring_state_name(pmwal_ring->hdr->state.v))));
 	pfree(name);
-	pfree(control);
 }

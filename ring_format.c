@@ -1,11 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * ring_format.c
- *		Checks of the pmwal ring header, shared by the server and pmwal_ctl.
+ *		Checks of the pmwal ring header and of the binding file, shared by
+ *		the server and pmwal_ctl.
  *
- * Nothing here writes to the ring or reports errors itself: callers decide
- * what a verdict means (the server refuses to start, the tool prints it), so
- * both apply exactly the same rules.  See ring_format.h for the layout.
+ * Nothing here writes or reports errors itself: callers decide what a
+ * verdict means (the server refuses to start, the tool prints it), so both
+ * apply exactly the same rules.  See ring_format.h for the layouts.
  *
  * IDENTIFICATION
  *		ring_format.c
@@ -22,6 +23,23 @@
 
 #include "ring_format.h"
 
+/*
+ * Format 1 (pmwal 1.0 and 1.1): the same magic and version offset, a
+ * 52-byte static header with its CRC at byte 48, and tail, head and state
+ * at bytes 64, 192 and 256.  Read only to tell an empty one (initialised
+ * anew) from one holding WAL (refused: the pmwal that wrote it restores it).
+ */
+#define V1_CRC_OFFSET		48
+#define V1_TAIL_OFFSET		64
+#define V1_HEAD_OFFSET		192
+#define V1_STATE_OFFSET		256
+
+static uint64
+word_at(const RingHeader *hdr, size_t offset)
+{
+	return *(const volatile uint64 *) ((const char *) hdr + offset);
+}
+
 pg_crc32c
 ring_static_crc(const RingStatic *st)
 {
@@ -33,19 +51,38 @@ ring_static_crc(const RingStatic *st)
 	return crc;
 }
 
+pg_crc32c
+ring_owner_crc(const RingOwner *owner)
+{
+	pg_crc32c	crc;
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, owner, offsetof(RingOwner, crc));
+	FIN_CRC32C(crc);
+	return crc;
+}
+
+bool
+ring_owner_valid(const RingOwner *owner)
+{
+	pg_crc32c	crc = ring_owner_crc(owner);
+
+	return owner->generation != 0 && EQ_CRC32C(crc, owner->crc);
+}
+
 void
-ring_fill_static(RingStatic *st, uint64 sysid, TimeLineID tli,
-				 uint32 wal_segment_size, uint64 capacity)
+ring_fill_static(RingStatic *st, uint64 sysid, uint32 wal_segment_size,
+				 uint64 capacity, const uint8 *ring_id)
 {
 	memset(st, 0, sizeof(RingStatic));
 	memcpy(st->magic, RING_MAGIC, RING_MAGIC_LEN);
 	st->format_version = RING_FORMAT_VERSION;
 	st->header_size = RING_HEADER_SIZE;
 	st->system_identifier = sysid;
-	st->timeline = tli;
 	st->wal_segment_size = wal_segment_size;
 	st->wal_block_size = XLOG_BLCKSZ;
 	st->capacity = capacity;
+	memcpy(st->ring_id, ring_id, RING_ID_LEN);
 	st->crc = ring_static_crc(st);
 }
 
@@ -57,6 +94,32 @@ ring_all_zero(const char *p, size_t len)
 		if (p[i] != 0)
 			return false;
 	return true;
+}
+
+void
+ring_id_text(const uint8 *ring_id, char *buf)
+{
+	for (int i = 0; i < RING_ID_LEN; i++)
+		sprintf(buf + 2 * i, "%02x", ring_id[i]);
+}
+
+/* A header of format 1: empty (true) or holding WAL (false). */
+static bool
+v1_is_empty(const RingHeader *hdr)
+{
+	return word_at(hdr, V1_STATE_OFFSET) != RING_STATE_IN_USE ||
+		word_at(hdr, V1_TAIL_OFFSET) >= word_at(hdr, V1_HEAD_OFFSET);
+}
+
+static bool
+v1_crc_ok(const RingHeader *hdr)
+{
+	pg_crc32c	crc;
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, hdr, V1_CRC_OFFSET);
+	FIN_CRC32C(crc);
+	return EQ_CRC32C(crc, *(const pg_crc32c *) ((const char *) hdr + V1_CRC_OFFSET));
 }
 
 /*
@@ -83,14 +146,10 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 	/*
 	 * REINIT is only ever stored on a ring that holds nothing, before any
 	 * other part of the header changes: an initialisation (or a resize)
-	 * was interrupted, whatever the rest says.  pmwal 1.0 stored it into an
-	 * all-zero header first; that is one too.
+	 * was interrupted, whatever the rest says.
 	 */
 	if (hdr->state.v == RING_STATE_REINIT &&
-		(memcmp(st->magic, RING_MAGIC, RING_MAGIC_LEN) == 0 ||
-		 (ring_all_zero((const char *) hdr, offsetof(RingHeader, state)) &&
-		  ring_all_zero((const char *) hdr + offsetof(RingHeader, exposed),
-				   RING_HEADER_SIZE - offsetof(RingHeader, exposed)))))
+		memcmp(st->magic, RING_MAGIC, RING_MAGIC_LEN) == 0)
 	{
 		snprintf(detail, detail_len, "An initialisation of the empty ring was interrupted.");
 		return RING_INTERRUPTED_REINIT;
@@ -101,8 +160,20 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 				 RING_MAGIC);
 		return RING_FOREIGN;
 	}
+	if (st->format_version == 1 && v1_crc_ok(hdr))
+	{
+		if (v1_is_empty(hdr))
+		{
+			snprintf(detail, detail_len, "The ring has format 1 (pmwal 1.1 or older) and holds nothing.");
+			return RING_INTERRUPTED_REINIT;
+		}
+		snprintf(detail, detail_len, "The ring has format 1 (pmwal 1.1 or older) and holds WAL from %X/%X to %X/%X.",
+				 LSN_FORMAT_ARGS(word_at(hdr, V1_TAIL_OFFSET)),
+				 LSN_FORMAT_ARGS(word_at(hdr, V1_HEAD_OFFSET)));
+		return RING_OLD_VERSION_WITH_WAL;
+	}
 	crc = ring_static_crc(st);
-	if (!EQ_CRC32C(crc, st->crc))
+	if (st->format_version == RING_FORMAT_VERSION && !EQ_CRC32C(crc, st->crc))
 	{
 		snprintf(detail, detail_len, "The header checksum is %08X, but its contents give %08X.",
 				 st->crc, crc);
@@ -123,6 +194,19 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 				 (unsigned long long) mapped_len);
 		return RING_BAD_GEOMETRY;
 	}
+	if (st->wal_segment_size == 0 || st->wal_segment_size % XLOG_BLCKSZ != 0 ||
+		!IsValidWalSegSize(st->wal_segment_size))
+	{
+		snprintf(detail, detail_len, "The header names a WAL segment size of %u bytes, which PostgreSQL does not allow.",
+				 st->wal_segment_size);
+		return RING_BAD_GEOMETRY;
+	}
+	if (st->wal_block_size != XLOG_BLCKSZ)
+	{
+		snprintf(detail, detail_len, "The ring was written with a WAL block size of %u bytes; this build uses %u.",
+				 st->wal_block_size, (unsigned) XLOG_BLCKSZ);
+		return RING_OTHER_BLOCK_SIZE;
+	}
 	if (expect->system_identifier != 0 &&
 		st->system_identifier != expect->system_identifier)
 	{
@@ -138,27 +222,20 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 				 st->wal_segment_size, expect->wal_segment_size);
 		return RING_OTHER_SEGMENT_SIZE;
 	}
-	if (expect->wal_block_size != 0 &&
-		st->wal_block_size != expect->wal_block_size)
-	{
-		snprintf(detail, detail_len, "The ring was written with a WAL block size of %u bytes; this server uses %u.",
-				 st->wal_block_size, expect->wal_block_size);
-		return RING_OTHER_BLOCK_SIZE;
-	}
-	if (hdr->state.v != RING_STATE_EMPTY && hdr->state.v != RING_STATE_IN_USE &&
-		hdr->state.v != RING_STATE_REINIT)
+	if (hdr->state.v != RING_STATE_EMPTY && hdr->state.v != RING_STATE_IN_USE)
 	{
 		snprintf(detail, detail_len, "The state word holds the unknown value 0x%016llX.",
 				 (unsigned long long) hdr->state.v);
 		return RING_BAD_RANGE;
 	}
 	if (ring_holds_wal(hdr) &&
-		(hdr->head.v - RING_TAIL_PAGE(hdr->tail.v) > st->capacity ||
-		 hdr->last_end.v < hdr->tail.v || hdr->last_end.v > hdr->head.v))
+		(hdr->head.v - hdr->tail.v > st->capacity ||
+		 hdr->tail.v % XLOG_BLCKSZ != 0 || hdr->head.v % XLOG_BLCKSZ != 0 ||
+		 hdr->timeline.v == 0 || hdr->timeline.v > PG_UINT32_MAX))
 	{
-		snprintf(detail, detail_len, "The ring claims WAL from %X/%X to %X/%X (complete to %X/%X) in %llu bytes of capacity.",
+		snprintf(detail, detail_len, "The ring claims WAL of timeline %llu from %X/%X to %X/%X in %llu bytes of capacity.",
+				 (unsigned long long) hdr->timeline.v,
 				 LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
-				 LSN_FORMAT_ARGS(hdr->last_end.v),
 				 (unsigned long long) st->capacity);
 		return RING_BAD_RANGE;
 	}
@@ -184,30 +261,44 @@ ring_state_name(uint64 state)
 	return "invalid";
 }
 
-/*
- * Fill "page" (XLOG_BLCKSZ bytes) with the long page header that begins the
- * segment starting at "segstart", as PostgreSQL writes it, and zeros.  The
- * ring holds WAL from the page of its tail on; readers that insist on
- * seeing the segment's first page (XLogReader, pg_waldump) get this one.
- * It carries the timeline of "first", the ring's first page after it:
- * right after a promotion that page may still be of the old timeline
- * (the new one began inside it), and a reader refuses a timeline that
- * goes backwards from one page to the next.
- */
-void
-ring_segment_header(char *page, XLogRecPtr segstart, const RingHeader *hdr,
-					const char *first)
+pg_crc32c
+binding_slot_crc(const BindingSlot *slot)
 {
-	const XLogPageHeaderData *fh = (const XLogPageHeaderData *) first;
+	pg_crc32c	crc;
 
-	XLogLongPageHeader lh = (XLogLongPageHeader) page;
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, slot, offsetof(BindingSlot, crc));
+	FIN_CRC32C(crc);
+	return crc;
+}
 
-	memset(page, 0, XLOG_BLCKSZ);
-	lh->std.xlp_magic = XLOG_PAGE_MAGIC;
-	lh->std.xlp_info = XLP_LONG_HEADER;
-	lh->std.xlp_tli = fh->xlp_magic == XLOG_PAGE_MAGIC ? fh->xlp_tli : hdr->st.s.timeline;
-	lh->std.xlp_pageaddr = segstart;
-	lh->xlp_sysid = hdr->st.s.system_identifier;
-	lh->xlp_seg_size = hdr->st.s.wal_segment_size;
-	lh->xlp_xlog_blcksz = hdr->st.s.wal_block_size;
+bool
+binding_slot_valid(const BindingSlot *slot)
+{
+	pg_crc32c	crc;
+
+	if (memcmp(slot->magic, BINDING_MAGIC, RING_MAGIC_LEN) != 0 ||
+		slot->version != BINDING_VERSION || slot->slot_size != BINDING_SLOT_SIZE ||
+		slot->generation == 0 ||
+		memchr(slot->ring_path, '\0', BINDING_PATH_LEN) == NULL)
+		return false;
+	crc = binding_slot_crc(slot);
+	return EQ_CRC32C(crc, slot->crc);
+}
+
+const BindingSlot *
+binding_pick(const char *file, size_t len)
+{
+	const BindingSlot *best = NULL;
+
+	for (int i = 0; i < 2; i++)
+	{
+		const BindingSlot *slot = (const BindingSlot *) (file + i * BINDING_SLOT_SIZE);
+
+		if (len < (size_t) (i + 1) * BINDING_SLOT_SIZE || !binding_slot_valid(slot))
+			continue;
+		if (best == NULL || slot->generation > best->generation)
+			best = slot;
+	}
+	return best;
 }

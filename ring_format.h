@@ -1,36 +1,44 @@
 /*-------------------------------------------------------------------------
  *
  * ring_format.h
- *		On-media layout of the pmwal ring and the checks every reader of it
- *		applies, shared by the server and the offline tool pmwal_ctl.
+ *		On-media layout of the pmwal ring and of the data directory's
+ *		binding file, and the checks every reader of them applies; shared
+ *		by the server and the offline tool pmwal_ctl.
  *
  * The ring is a file on a DAX file system (or a devdax device): a 4 KiB
- * header followed by "capacity" bytes of WAL.  The WAL byte at LSN x lives at
- * data offset x % capacity, so restoring the ring needs no index.
+ * header followed by "capacity" bytes of WAL.  The WAL byte at LSN x lives
+ * at data offset x % capacity, so restoring the ring needs no index.  The
+ * ring is pmwal's copy of what the server wrote into its WAL segment files
+ * and has not yet made durable there: the restore writes it back exactly
+ * as the server wrote it.
  *
  * The header has a static part, written only while the ring holds nothing
- * and protected by a CRC, and five dynamic words, each on its own cache line
+ * and protected by a CRC, five dynamic words, each on its own cache line
  * and only ever updated with an aligned 8-byte store that is persisted
- * before anything depending on it (I6 in DESIGN.md):
+ * before anything depending on it (I6 in DESIGN.md), and the owner block,
+ * written only while the ring is empty:
  *
- *	tail		everything before it is durable in pg_wal; a record boundary
- *	last_end	end of the newest record known complete in the ring, so that
- *				a restore can prove it verified everything acknowledged
- *	head		the ring holds WAL [tail, head)
+ *	tail		page-aligned; everything before it is durable in pg_wal
+ *	head		page-aligned; the ring holds WAL [tail, head), the newest
+ *				version of each of those pages the server wrote
  *	state		RING_STATE_*; REINIT marks a header being (re)written: only
  *				ever stored on a ring that holds nothing, so a ring found in
  *				that state may always be initialised again
- *	exposed		non-zero while WAL written without fsync may be ahead of
- *				head (the ring's head when it was set): a standby or the
- *				archive may hold WAL that a power cut takes from pg_wal
- *				(added in pmwal 1.1; rings of 1.0 hold zero there)
+ *	timeline	timeline of the WAL in the ring; changed only while empty
+ *	generation	counts the ring's bindings and the flusher's passes; the
+ *				data directory's binding file records it too, so a stale
+ *				copy of the ring, or a ring another copy of the data
+ *				directory has used since, is recognised (binding.c)
  *
- * The ring holds WAL iff state is IN_USE and tail < head; its data area
- * then holds [start of the tail's page, head), so that the first page's
- * header is there for a restore to check.  Stores happen in
- * the order data, head, last_end when extending and tail alone when the
- * ring is drained, so a crash between any two stores leaves either the old
- * or the new range, or an empty ring.
+ * The ring holds WAL iff state is IN_USE and tail < head.  head only grows
+ * while the ring holds WAL.  A range is given up by moving tail up to (at
+ * most) head; a position is moved by storing tail and head so that every
+ * intermediate state claims only bytes the ring holds, or nothing.
+ *
+ * The binding file (pg_wal/pmwal.binding in the data directory) names the
+ * ring that may hold the cluster's acknowledged WAL: its ring_id, path and
+ * generation, in two slots written alternately, each with its CRC, so that
+ * a torn write leaves the previous one.
  *
  * IDENTIFICATION
  *		ring_format.h
@@ -45,9 +53,10 @@
 
 #define RING_MAGIC				"PMWALRNG"
 #define RING_MAGIC_LEN			8
-#define RING_FORMAT_VERSION		1
+#define RING_FORMAT_VERSION		2
 #define RING_HEADER_SIZE		4096
 #define RING_CACHE_LINE			64
+#define RING_ID_LEN				16
 
 /* values of the state word */
 #define RING_STATE_EMPTY		UINT64CONST(0x454d505459000001)	/* holds nothing */
@@ -60,13 +69,30 @@ typedef struct RingStatic
 	uint32		format_version;
 	uint32		header_size;
 	uint64		system_identifier;
-	uint32		timeline;
 	uint32		wal_segment_size;
 	uint32		wal_block_size;
-	uint32		reserved;
 	uint64		capacity;
+	uint8		ring_id[RING_ID_LEN];	/* random, made when the ring is created */
 	pg_crc32c	crc;			/* CRC-32C of the fields above */
 } RingStatic;
+
+#define RING_OWNER_PATH_LEN		1024
+
+/* Who bound the ring last, for messages and pmwal_ctl; not a check. */
+typedef struct RingOwner
+{
+	uint64		generation;		/* the generation of that binding */
+	int64		bound_at;		/* Unix time */
+	char		datadir[RING_OWNER_PATH_LEN];
+	pg_crc32c	crc;
+} RingOwner;
+
+#define RING_WORD(name) \
+	union \
+	{ \
+		volatile uint64 v; \
+		char		line[RING_CACHE_LINE]; \
+	}			name
 
 typedef struct RingHeader
 {
@@ -75,31 +101,13 @@ typedef struct RingHeader
 		RingStatic	s;
 		char		line[RING_CACHE_LINE];
 	}			st;
-	union
-	{
-		volatile uint64 v;
-		char		line[RING_CACHE_LINE];
-	}			tail;
-	union
-	{
-		volatile uint64 v;
-		char		line[RING_CACHE_LINE];
-	}			last_end;
-	union
-	{
-		volatile uint64 v;
-		char		line[RING_CACHE_LINE];
-	}			head;
-	union
-	{
-		volatile uint64 v;
-		char		line[RING_CACHE_LINE];
-	}			state;
-	union
-	{
-		volatile uint64 v;
-		char		line[RING_CACHE_LINE];
-	}			exposed;
+	RING_WORD(tail);
+	RING_WORD(head);
+	RING_WORD(state);
+	RING_WORD(timeline);
+	RING_WORD(generation);
+	char		pad[1024 - 6 * RING_CACHE_LINE];
+	RingOwner	owner;
 } RingHeader;
 
 StaticAssertDecl(sizeof(RingStatic) <= RING_CACHE_LINE, "ring static header exceeds a cache line");
@@ -122,6 +130,7 @@ typedef enum RingCheck
 								 * ring was interrupted; initialise again */
 	RING_FOREIGN,				/* not a pmwal ring */
 	RING_BAD_VERSION,
+	RING_OLD_VERSION_WITH_WAL,	/* a ring of format 1 that holds WAL */
 	RING_BAD_CRC,
 	RING_BAD_GEOMETRY,			/* header_size or capacity impossible */
 	RING_OTHER_CLUSTER,
@@ -130,37 +139,56 @@ typedef enum RingCheck
 	RING_BAD_RANGE				/* dynamic words inconsistent */
 } RingCheck;
 
-/*
- * The ring holds WAL from the start of the tail's page, so that the page
- * header of the first page is always at hand: head - RING_TAIL_PAGE(tail)
- * never exceeds the capacity.
- */
-#define RING_TAIL_PAGE(tail)	((tail) - (tail) % XLOG_BLCKSZ)
-
-/*
- * Where a restore starts writing: recovery needs nothing before the redo
- * point, but it reads the first page (the long header) of the redo point's
- * segment before anything else in it, and a power cut may have taken that
- * page or the whole file while the ring held it; WAL from the tail on may
- * not be durable.  Everything from here on is in [tail, head) and so
- * verified before it is written.
- */
-#define RING_RESTORE_FROM(tail, redo, segsize) \
-	Max((tail), (redo) - (redo) % (segsize))
-
 /* Byte offset of LSN "lsn" inside the data area. */
 #define RING_OFFSET(capacity, lsn)	((uint64) (lsn) % (uint64) (capacity))
 
+/* Start of the WAL page holding "lsn". */
+#define RING_PAGE(lsn)				((lsn) - (lsn) % XLOG_BLCKSZ)
+
 extern pg_crc32c ring_static_crc(const RingStatic *st);
-extern void ring_fill_static(RingStatic *st, uint64 sysid, TimeLineID tli,
-							 uint32 wal_segment_size, uint64 capacity);
+extern pg_crc32c ring_owner_crc(const RingOwner *owner);
+extern void ring_fill_static(RingStatic *st, uint64 sysid, uint32 wal_segment_size,
+							 uint64 capacity, const uint8 *ring_id);
 extern RingCheck ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 								   const RingExpect *expect,
 								   char *detail, size_t detail_len);
 extern bool ring_holds_wal(const RingHeader *hdr);
 extern bool ring_all_zero(const char *p, size_t len);
 extern const char *ring_state_name(uint64 state);
-extern void ring_segment_header(char *page, XLogRecPtr segstart,
-								const RingHeader *hdr, const char *first);
+extern void ring_id_text(const uint8 *ring_id, char *buf);	/* 33 bytes */
+extern bool ring_owner_valid(const RingOwner *owner);
+
+/*
+ * The binding file.  Two slots of BINDING_SLOT_SIZE bytes; the valid slot
+ * with the higher generation is the binding.
+ */
+#define BINDING_FILE			"pmwal.binding"		/* in pg_wal/ */
+#define BINDING_MAGIC			"PMWALBND"
+#define BINDING_VERSION			1
+#define BINDING_SLOT_SIZE		2048
+#define BINDING_PATH_LEN		1984
+
+typedef struct BindingSlot
+{
+	char		magic[RING_MAGIC_LEN];
+	uint32		version;
+	uint32		slot_size;
+	uint64		system_identifier;
+	uint64		generation;
+	uint8		ring_id[RING_ID_LEN];
+	char		ring_path[BINDING_PATH_LEN];
+	pg_crc32c	crc;			/* of the fields above */
+} BindingSlot;
+
+StaticAssertDecl(sizeof(BindingSlot) <= BINDING_SLOT_SIZE, "binding slot too large");
+
+extern pg_crc32c binding_slot_crc(const BindingSlot *slot);
+extern bool binding_slot_valid(const BindingSlot *slot);
+
+/*
+ * The newer valid slot of a binding file's contents (2 * BINDING_SLOT_SIZE
+ * bytes, or fewer: a short file), or NULL if neither is valid.
+ */
+extern const BindingSlot *binding_pick(const char *file, size_t len);
 
 #endif							/* PMWAL_RING_FORMAT_H */

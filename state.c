@@ -46,18 +46,6 @@ counter_slot_count(void)
 	return MaxBackends + NUM_AUXILIARY_PROCS + 1;
 }
 
-static const char *const fallback_names[NUM_FALLBACKS] = {
-	[FALLBACK_INACTIVE] = "inactive",
-	[FALLBACK_FULL] = "full",
-	[FALLBACK_LARGE] = "large",
-	[FALLBACK_READ] = "read_error",
-	[FALLBACK_RECYCLED] = "recycled",
-	[FALLBACK_PERSIST] = "persist_error",
-	[FALLBACK_SEGMENT] = "segment",
-	[FALLBACK_PAUSED] = "paused",
-	[FALLBACK_OVERRUN] = "overrun",
-};
-
 Size
 pmwal_shmem_size(void)
 {
@@ -88,22 +76,11 @@ pmwal_shmem_init(void)
 		memset(pmwal_shared, 0, sizeof(PmwalShared));
 		pmwal_shared->ring_lock = &locks[0].lock;
 		pmwal_shared->sync_lock = &locks[1].lock;
-		pg_atomic_init_u32(&pmwal_shared->accepting, 0);
+		pg_atomic_init_u32(&pmwal_shared->enabled, pmwal_enabled ? 1 : 0);
+		pg_atomic_init_u32(&pmwal_shared->anchored, 0);
 		pg_atomic_init_u64(&pmwal_shared->durable_lsn, 0);
-		pg_atomic_init_u64(&pmwal_shared->ack_lsn, 0);
-		pg_atomic_init_u64(&pmwal_shared->cover_lsn, 0);
-		pg_atomic_init_u64(&pmwal_shared->pending_end, 0);
-		pg_atomic_init_u32(&pmwal_shared->paused, 0);
-		pg_atomic_init_u32(&pmwal_shared->exposure_marked, 0);
-		pg_atomic_init_u32(&pmwal_shared->exposure_clearing, 0);
-		pg_atomic_init_u32(&pmwal_shared->flusher_idle, 0);
-		pg_atomic_init_u64(&pmwal_shared->prepared_segno, 0);
-		pg_atomic_init_u32(&pmwal_shared->writes_open, 0);
-		pg_atomic_init_u64(&pmwal_shared->nosync_upto, 0);
+		pg_atomic_init_u64(&pmwal_shared->written_end, 0);
 		pg_atomic_init_u32(&pmwal_shared->panicked, 0);
-		ConditionVariableInit(&pmwal_shared->space_cv);
-		pg_atomic_init_u32(&pmwal_shared->space_waiters, 0);
-		pmwal_shared->wait_event_space = pmwal_new_wait_event("PmwalRingSpace");
 		pmwal_shared->wait_event_flusher = pmwal_new_wait_event("PmwalFlusherMain");
 	}
 	counter_slots = (PmwalCounterSlot *) ((char *) pmwal_shared + MAXALIGN(sizeof(PmwalShared)));
@@ -152,10 +129,4 @@ pmwal_advance(pg_atomic_uint64 *lsn, XLogRecPtr to)
 		if (pg_atomic_compare_exchange_u64(lsn, &cur, to))
 			break;
 	}
-}
-
-const char *
-pmwal_fallback_name(PmwalFallback reason)
-{
-	return fallback_names[reason];
 }

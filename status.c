@@ -4,9 +4,10 @@
  *		The pmwal_status() function behind the pmwal_status view.
  *
  * One row: where the ring is and how it is persisted, the WAL range it
- * holds, whether commits are accelerated right now and why not, and the
- * counters since the server (re)started.  The ring's positions are read
- * under ring_lock, so that they describe one moment.
+ * holds, whether WAL syncs are answered from it right now and why not, the
+ * binding's generation, the library's version, and the counters since the
+ * server (re)started.  The ring's positions are read under ring_lock, so
+ * that they describe one moment.
  *
  * IDENTIFICATION
  *		status.c
@@ -24,44 +25,13 @@
 
 PG_FUNCTION_INFO_V1(pmwal_status);
 
-/* path, mode, capacity, tail, head, bytes_in_use, state, durable_lsn,
- * accelerated, reason, flusher_pid, then the counters */
-#define STATUS_FIXED_COLS	11
-#define STATUS_COLS			(STATUS_FIXED_COLS + NUM_COUNTERS)
-
 /*
- * The counters in column order: those of version 1.0 of the view first, so
- * that a server with the 1.0 SQL still installed sees the columns it knows.
+ * path, mode, capacity, tail_lsn, head_lsn, bytes_in_use, state,
+ * durable_lsn, accelerated, reason, flusher_pid, generation, ring_id,
+ * library_version, then the counters in PmwalCounter order
  */
-static const PmwalCounter counter_columns[NUM_COUNTERS] = {
-	CTR_RING_COMMITS, CTR_COPIES, CTR_BYTES_COPIED, CTR_GAP_COPIES,
-	CTR_SPACE_WAITS, CTR_SYNCS, CTR_SEGMENTS_SYNCED, CTR_DIR_SYNCS,
-	CTR_FALLBACK_FIRST + FALLBACK_INACTIVE, CTR_FALLBACK_FIRST + FALLBACK_FULL,
-	CTR_FALLBACK_FIRST + FALLBACK_LARGE, CTR_FALLBACK_FIRST + FALLBACK_READ,
-	CTR_FALLBACK_FIRST + FALLBACK_RECYCLED, CTR_FALLBACK_FIRST + FALLBACK_PERSIST,
-	/* 1.1 */
-	CTR_SEGMENTS_PREPARED, CTR_FALLBACK_FIRST + FALLBACK_SEGMENT,
-	CTR_FALLBACK_FIRST + FALLBACK_PAUSED, CTR_FALLBACK_FIRST + FALLBACK_OVERRUN,
-};
-
-/* Why commits are not accelerated right now, or NULL if they are. */
-static const char *
-not_accelerated_reason(void)
-{
-	const char *reason;
-
-	if (pmwal_ring == NULL)
-		return "pmwal.path is not set";
-	if (!pmwal_enabled)
-		return "pmwal.enabled is off";
-	if ((reason = pmwal_stand_aside_reason()) != NULL)
-		return reason;
-	if (!pg_atomic_read_u32(&pmwal_shared->accepting))
-		return pmwal_shared->flusher_pid == 0 ?
-			"the pmwal flusher is not running" :
-			"the pmwal flusher has not anchored the ring yet";
-	return NULL;
-}
+#define STATUS_FIXED_COLS	14
+#define STATUS_COLS			(STATUS_FIXED_COLS + NUM_COUNTERS)
 
 Datum
 pmwal_status(PG_FUNCTION_ARGS)
@@ -75,8 +45,14 @@ pmwal_status(PG_FUNCTION_ARGS)
 	pmwal_check_loaded();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != STATUS_COLS)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the installed version of extension \"pmwal\" does not match its library %s",
+						PMWAL_VERSION),
+				 errhint("Run ALTER EXTENSION pmwal UPDATE.")));
 	memset(nulls, 0, sizeof(nulls));
-	reason = not_accelerated_reason();
+	reason = pmwal_not_accelerated_reason();
 
 	values[i++] = CStringGetTextDatum(pmwal_path ? pmwal_path : "");
 	if (pmwal_ring == NULL)
@@ -114,8 +90,22 @@ pmwal_status(PG_FUNCTION_ARGS)
 		values[i++] = Int32GetDatum(pmwal_shared->flusher_pid);
 	else
 		nulls[i++] = true;
+	if (pmwal_ring != NULL)
+	{
+		char		id[2 * RING_ID_LEN + 1];
+
+		ring_id_text(pmwal_ring->hdr->st.s.ring_id, id);
+		values[i++] = Int64GetDatum((int64) pmwal_ring->hdr->generation.v);
+		values[i++] = CStringGetTextDatum(id);
+	}
+	else
+	{
+		nulls[i++] = true;
+		nulls[i++] = true;
+	}
+	values[i++] = CStringGetTextDatum(PMWAL_VERSION);
 	Assert(i == STATUS_FIXED_COLS);
-	for (int c = 0; c < NUM_COUNTERS && i < tupdesc->natts; c++)
-		values[i++] = Int64GetDatum((int64) pmwal_counter_total(counter_columns[c]));
+	for (int c = 0; c < NUM_COUNTERS; c++)
+		values[i++] = Int64GetDatum((int64) pmwal_counter_total((PmwalCounter) c));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -2,15 +2,20 @@
  *
  * test_pause.c
  *		Test-only pause points: hold a process at a named place in pmwal's
- *		code, so that a test can kill it exactly there.  NOT FOR PRODUCTION.
+ *		code, so that a test can kill it exactly there.
+ *
+ * Compiled in only when pmwal is built for its tests (make PMWAL_TEST=1,
+ * which tools/test and CI do), like PostgreSQL's injection points: a
+ * release build has neither the points nor the setting, so no role can
+ * hold a server process or make one fail.
  *
  * Durability claims are proven by holding a process at a dangerous moment
- * (a commit between its write and its ring copy, the flusher between a sync
- * and the tail's move, a restore between writing pg_wal and emptying the
- * ring, ...) and then killing the server and cutting the power.  Each such
- * place calls PMWAL_PAUSE_POINT("name").  The point is inert -- one branch
- * on a variable that is false -- unless the superuser-only setting
- * pmwal.test_pause names it:
+ * (a WAL sync between its copy into the ring and the publication of the
+ * ring's head, the flusher between a sync and the tail's move, a restore
+ * between writing pg_wal and emptying the ring, ...) and then killing the
+ * server and cutting the power.  Each such place calls
+ * PMWAL_PAUSE_POINT("name"): one branch on a variable that is false unless
+ * the superuser-only setting pmwal.test_pause names something:
  *
  *	pmwal.test_pause = 'name[:N][:error], ...'
  *
@@ -19,9 +24,8 @@
  * and waits until the file "pmwal_test_release.name" exists in the data
  * directory (or 10 minutes pass), then goes on.  ":N" arms only the N-th
  * time this process reaches the point; ":error" raises an ERROR there
- * instead of waiting, to test how pmwal handles one.  The setting can be
- * given in postgresql.conf (the postmaster's restore, the flusher after a
- * reload) or with SET in a session.
+ * instead of waiting.  Many points are inside the server's WAL writes,
+ * that is inside critical sections: nothing here allocates memory.
  *
  * IDENTIFICATION
  *		test_pause.c
@@ -30,6 +34,8 @@
  */
 #include "postgres.h"
 
+#ifdef PMWAL_TEST_PAUSES
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,7 +43,6 @@
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
 #include "utils/guc.h"
-#include "utils/varlena.h"
 
 #include "pmwal.h"
 
@@ -69,64 +74,82 @@ count_hit(const char *point)
 	return counted[i].hits = 1;
 }
 
-void
-pmwal_test_pause_assign(const char *newval, void *extra)
+static void
+test_pause_assign(const char *newval, void *extra)
 {
 	pmwal_pause_armed = newval != NULL && newval[0] != '\0';
 }
 
+void
+pmwal_test_pause_define(void)
+{
+	DefineCustomStringVariable("pmwal.test_pause",
+							   "Test-only pause points to hold processes at (test builds only).",
+							   "A comma-separated list of point names; see test_pause.c.",
+							   &pmwal_test_pause,
+							   "",
+							   PGC_SUSET,
+							   GUC_NOT_IN_SAMPLE | GUC_NO_SHOW_ALL,
+							   NULL, test_pause_assign, NULL);
+}
+
 /*
  * Is "point" armed?  Sets *error when it is armed to fail rather than wait.
- * Entries are "name", "name:N", "name:error" or "name:N:error".
+ * Entries are "name", "name:N", "name:error" or "name:N:error", separated
+ * by commas and optional spaces.
  */
 static bool
 point_armed(const char *point, bool *error)
 {
-	char	   *copy = pstrdup(pmwal_test_pause);
-	List	   *entries;
-	ListCell   *lc;
-	bool		armed = false;
+	const char *p = pmwal_test_pause;
+	size_t		plen = strlen(point);
 	bool		counted_once = false;
 	int			hit = 0;
 
-	if (!SplitIdentifierString(copy, ',', &entries))
-		return false;
-	foreach(lc, entries)
+	while (p != NULL && *p != '\0')
 	{
-		char	   *entry = lfirst(lc);
-		char	   *colon = strchr(entry, ':');
-		size_t		len = colon ? (size_t) (colon - entry) : strlen(entry);
+		const char *end = strchr(p, ',');
+		size_t		len = end ? (size_t) (end - p) : strlen(p);
+		const char *name;
+		size_t		nlen;
 		int			nth = 0;
 
-		if (strlen(point) != len || strncmp(entry, point, len) != 0)
-			continue;
-		*error = false;
-		while (colon != NULL)
+		while (len > 0 && (*p == ' ' || *p == '"'))
+			p++, len--;
+		name = p;
+		nlen = strcspn(name, ":,\" ");
+		if (nlen > len)
+			nlen = len;
+		if (nlen == plen && strncmp(name, point, plen) == 0)
 		{
-			char	   *arg = colon + 1;
+			const char *arg = name + nlen;
 
-			colon = strchr(arg, ':');
-			if (strncmp(arg, "error", 5) == 0)
-				*error = true;
-			else
-				nth = atoi(arg);
-		}
-		if (nth > 0)
-		{
-			if (!counted_once)
+			*error = false;
+			while (arg < p + len && *arg == ':')
 			{
-				hit = count_hit(point);
-				counted_once = true;
+				arg++;
+				if (strncmp(arg, "error", 5) == 0)
+					*error = true;
+				else
+					nth = atoi(arg);
+				arg += strcspn(arg, ":,");
 			}
-			if (hit != nth)
-				continue;
+			if (nth > 0)
+			{
+				if (!counted_once)
+				{
+					hit = count_hit(point);
+					counted_once = true;
+				}
+				if (hit == nth)
+					return true;
+			}
+			else
+				return true;
 		}
-		armed = true;
-		break;
+		p = end ? end + 1 : NULL;
 	}
-	list_free(entries);
-	pfree(copy);
-	return armed;
+	return false;
 }
 
 /* The slow part of PMWAL_PAUSE_POINT: only runs while something is armed. */
@@ -163,3 +186,5 @@ pmwal_pause_point_slow(const char *point)
 	ereport(LOG,
 			(errmsg("pmwal test pause at \"%s\" released (pid %d)", point, MyProcPid)));
 }
+
+#endif							/* PMWAL_TEST_PAUSES */

@@ -1,0 +1,585 @@
+/*-------------------------------------------------------------------------
+ *
+ * binding.c
+ *		Which ring holds this data directory's acknowledged WAL (I4), and
+ *		refusing every start that could lose it or write another history
+ *		over pg_wal.
+ *
+ * The binding is two-way.  The data directory's binding file
+ * (pg_wal/pmwal.binding, ring_format.h) names the ring -- its random
+ * ring_id, its path -- and a generation; the ring's header carries the
+ * same generation and, for messages, the data directory that bound it.
+ * Each start that binds the (then empty) ring raises the ring's generation
+ * by two and then records it in the binding file; the flusher raises it by
+ * one after each pass, ring first.  So the ring of a data directory is
+ * always at the binding file's generation or one ahead, and:
+ *
+ *	- a file copy of the data directory (cp -a, a snapshot) keeps the
+ *	  generation it was copied at, and the original's next start moves the
+ *	  ring two ahead of it: the copy is refused the ring's WAL;
+ *	- a copy of the ring put back is behind the binding file (if the
+ *	  flusher passed since the copy was made);
+ *	- a start whose pmwal.path names another ring, or none, or a ring that
+ *	  is missing, while the cluster crashed and its bound ring may hold
+ *	  WAL, is refused: pmwal reads the bound ring, and lets the start go on
+ *	  only if that ring is empty or has been bound by someone else since.
+ *
+ * A ring holding WAL is restored only into the data directory whose
+ * binding it carries, only if pg_control says the cluster did not shut
+ * down cleanly (a clean shutdown's last pg_control write synced and
+ * emptied the ring, wal_ring.c), and restore.c then proves the WAL is this
+ * cluster's own unbroken history before it writes a byte.  A data
+ * directory restored from a base backup (backup_label; pg_rewind writes
+ * one too) may carry the binding of the server it came from: its binding
+ * file is not trusted, and a ring holding WAL past the backup's start is
+ * refused.  Every refusal names both sides and writes nothing.
+ *
+ * The binding file is written off the commit path: at a start, and by the
+ * flusher.  A slot is written in place and synced; two slots alternate, so
+ * a torn write leaves the previous generation.
+ *
+ * IDENTIFICATION
+ *		binding.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "catalog/pg_control.h"
+#include "common/file_perm.h"
+#include "miscadmin.h"
+
+#include "pmwal.h"
+
+#define BINDING_PATH	XLOGDIR "/" BINDING_FILE
+
+typedef enum BindingState
+{
+	BINDING_ABSENT,
+	BINDING_VALID,
+	BINDING_DAMAGED
+} BindingState;
+
+static const char *unbind_hint =
+"If that ring is lost for good, \"pmwal_ctl unbind -D <data directory>\" lets the server start without what only it held.";
+
+/* The generation the binding file holds, as this process last wrote it. */
+static uint64 written_generation = 0;
+
+/* ---------------------------------------------------------------------
+ * The binding file
+ * --------------------------------------------------------------------- */
+
+static BindingState
+binding_read(BindingSlot *slot)
+{
+	char		file[2 * BINDING_SLOT_SIZE];
+	const BindingSlot *best;
+	ssize_t		n;
+	int			fd;
+
+	fd = open(BINDING_PATH, O_RDONLY | O_NOFOLLOW | PG_BINARY | O_CLOEXEC);
+	if (fd < 0)
+	{
+		if (errno == ENOENT)
+			return BINDING_ABSENT;
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not open file \"%s\": %m", BINDING_PATH)));
+	}
+	n = pg_pread(fd, file, sizeof(file), 0);
+	close(fd);
+	if (n < 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not read file \"%s\": %m", BINDING_PATH)));
+	best = binding_pick(file, n);
+	if (best == NULL)
+		return BINDING_DAMAGED;
+	memcpy(slot, best, sizeof(BindingSlot));
+	return BINDING_VALID;
+}
+
+static void
+fill_slot(BindingSlot *slot, uint64 sysid, uint64 generation)
+{
+	memset(slot, 0, sizeof(BindingSlot));
+	memcpy(slot->magic, BINDING_MAGIC, RING_MAGIC_LEN);
+	slot->version = BINDING_VERSION;
+	slot->slot_size = BINDING_SLOT_SIZE;
+	slot->system_identifier = sysid;
+	slot->generation = generation;
+	memcpy(slot->ring_id, pmwal_ring->hdr->st.s.ring_id, RING_ID_LEN);
+	strlcpy(slot->ring_path, pmwal_ring->path, BINDING_PATH_LEN);
+	slot->crc = binding_slot_crc(slot);
+}
+
+static void
+write_fully(int fd, const char *buf, size_t len, off_t off, const char *path, int elevel)
+{
+	while (len > 0)
+	{
+		ssize_t		n = pg_pwrite(fd, buf, len, off);
+
+		if (n <= 0)
+		{
+			ereport(elevel,
+					(errcode_for_file_access(),
+					 errmsg("could not write file \"%s\": %m", path)));
+			return;
+		}
+		buf += n;
+		len -= n;
+		off += n;
+	}
+}
+
+/*
+ * Record the binding at "generation".  A missing file is created complete
+ * under another name and renamed into place; an existing one gets the
+ * slot for this generation written in place.  Returns false (reported at
+ * elevel) when that failed.
+ */
+static bool
+binding_write(uint64 sysid, uint64 generation, int elevel)
+{
+	char		buf[BINDING_SLOT_SIZE];
+	BindingSlot *slot = (BindingSlot *) buf;
+	struct stat st;
+	int			fd;
+
+	memset(buf, 0, sizeof(buf));
+	fill_slot(slot, sysid, generation);
+	if (lstat(BINDING_PATH, &st) != 0)
+	{
+		const char *tmp = BINDING_PATH ".tmp";
+
+		unlink(tmp);
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | PG_BINARY | O_CLOEXEC,
+				  pg_file_create_mode);
+		if (fd < 0)
+		{
+			ereport(elevel,
+					(errcode_for_file_access(),
+					 errmsg("could not create file \"%s\": %m", tmp)));
+			return false;
+		}
+		write_fully(fd, buf, sizeof(buf), 0, tmp, elevel);
+		write_fully(fd, buf, sizeof(buf), BINDING_SLOT_SIZE, tmp, elevel);
+		if (!pmwal_fsync_fd(fd, tmp, elevel))
+		{
+			close(fd);
+			return false;
+		}
+		close(fd);
+		if (rename(tmp, BINDING_PATH) != 0)
+		{
+			ereport(elevel,
+					(errcode_for_file_access(),
+					 errmsg("could not rename file \"%s\" to \"%s\": %m", tmp, BINDING_PATH)));
+			return false;
+		}
+		if (!pmwal_fsync_path(XLOGDIR, true, elevel))
+			return false;
+	}
+	else
+	{
+		fd = open(BINDING_PATH, O_WRONLY | O_NOFOLLOW | PG_BINARY | O_CLOEXEC);
+		if (fd < 0)
+		{
+			ereport(elevel,
+					(errcode_for_file_access(),
+					 errmsg("could not open file \"%s\": %m", BINDING_PATH)));
+			return false;
+		}
+		write_fully(fd, buf, sizeof(buf), (generation % 2) * BINDING_SLOT_SIZE,
+					BINDING_PATH, elevel);
+		if (!pmwal_fsync_fd(fd, BINDING_PATH, elevel))
+		{
+			close(fd);
+			return false;
+		}
+		close(fd);
+	}
+	written_generation = generation;
+	return true;
+}
+
+static void
+binding_remove(void)
+{
+	if (unlink(BINDING_PATH) != 0 && errno != ENOENT)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", BINDING_PATH)));
+	pmwal_fsync_path(XLOGDIR, true, FATAL);
+}
+
+/* ---------------------------------------------------------------------
+ * Decisions
+ * --------------------------------------------------------------------- */
+
+bool
+pmwal_cluster_shut_down(ControlFileData *control)
+{
+	return control->state == DB_SHUTDOWNED ||
+		control->state == DB_SHUTDOWNED_IN_RECOVERY;
+}
+
+static bool
+restored_from_backup(void)
+{
+	struct stat st;
+
+	return stat(BACKUP_LABEL_FILE, &st) == 0;
+}
+
+/*
+ * The WAL location a base backup starts from, as its backup_label says
+ * ("START WAL LOCATION: X/X (file ...)"); 0 if the file cannot be read or
+ * names none, so that nothing counts as older than the backup.
+ */
+static XLogRecPtr
+backup_label_start(void)
+{
+	FILE	   *f = fopen(BACKUP_LABEL_FILE, "r");
+	char		line[MAXPGPATH];
+	XLogRecPtr	start = InvalidXLogRecPtr;
+
+	if (f == NULL)
+		return InvalidXLogRecPtr;
+	while (fgets(line, sizeof(line), f) != NULL)
+	{
+		uint32		hi,
+					lo;
+
+		if (sscanf(line, "START WAL LOCATION: %X/%X", &hi, &lo) == 2)
+		{
+			start = ((uint64) hi << 32) | lo;
+			break;
+		}
+	}
+	fclose(f);
+	return start;
+}
+
+/*
+ * Does the data directory claim, through its binding file, that a ring
+ * may hold WAL this start needs?  Only when it crashed (a clean shutdown
+ * left every ring empty of its WAL) and is not a base backup.
+ */
+static BindingState
+claimed_binding(ControlFileData *control, BindingSlot *slot)
+{
+	BindingState state;
+
+	if (pmwal_cluster_shut_down(control) || restored_from_backup())
+		return BINDING_ABSENT;
+	state = binding_read(slot);
+	if (state == BINDING_DAMAGED)
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("pmwal's binding file \"%s\" is damaged", BINDING_PATH),
+				 errdetail("The cluster did not shut down cleanly, and the file that names the ring holding its acknowledged WAL cannot be read."),
+				 errhint("Check with \"pmwal_ctl inspect\" which ring holds this cluster's WAL and set pmwal.path to it.  %s",
+						 unbind_hint)));
+	if (state == BINDING_VALID && slot->system_identifier != control->system_identifier)
+		return BINDING_ABSENT;	/* another cluster's file: not a claim on us */
+	return state;
+}
+
+/*
+ * Read the header of the ring the binding names, at its path, without
+ * taking it.  FATAL unless it is verifiably holding none of this data
+ * directory's WAL: missing, another file, or holding WAL of this binding.
+ */
+static void
+require_bound_ring_free(const BindingSlot *slot, const char *why_looking)
+{
+	PGAlignedBlock page;
+	RingHeader *hdr = (RingHeader *) page.data;
+	RingExpect	expect = {0};
+	char		detail[256];
+	char		id[2 * RING_ID_LEN + 1];
+	int			fd;
+	ssize_t		n;
+
+	ring_id_text(slot->ring_id, id);
+	fd = open(slot->ring_path, O_RDONLY | O_NOFOLLOW | PG_BINARY | O_CLOEXEC);
+	if (fd < 0)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal cannot start: the ring that may hold this cluster's acknowledged WAL cannot be read"),
+				 errdetail("The cluster did not shut down cleanly; its WAL was made durable in ring \"%s\" (ring %s, generation %llu), which cannot be opened: %m.  %s",
+						   slot->ring_path, id, (unsigned long long) slot->generation,
+						   why_looking),
+				 errhint("Put that ring back at \"%s\" and set pmwal.path to it for one start, so that its WAL is restored.  %s",
+						 slot->ring_path, unbind_hint)));
+	n = pg_pread(fd, page.data, RING_HEADER_SIZE, 0);
+	close(fd);
+	if (n != RING_HEADER_SIZE ||
+		ring_check_header(hdr, RING_HEADER_SIZE + hdr->st.s.capacity, &expect,
+						  detail, sizeof(detail)) != RING_OK ||
+		memcmp(hdr->st.s.ring_id, slot->ring_id, RING_ID_LEN) != 0)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal cannot start: the ring that may hold this cluster's acknowledged WAL is gone"),
+				 errdetail("The cluster did not shut down cleanly; its WAL was made durable in ring %s at \"%s\" (generation %llu), but that file is not that ring any more.  %s",
+						   id, slot->ring_path, (unsigned long long) slot->generation,
+						   why_looking),
+				 errhint("%s", unbind_hint)));
+	if (ring_holds_wal(hdr) && hdr->generation.v <= slot->generation + 1)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal cannot start: ring \"%s\" holds this cluster's acknowledged WAL", slot->ring_path),
+				 errdetail("The cluster did not shut down cleanly, and ring %s (generation %llu) holds WAL from %X/%X to %X/%X that pg_wal may lack.  %s",
+						   id, (unsigned long long) hdr->generation.v,
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+						   why_looking),
+				 errhint("Set pmwal.path = '%s' for one start, so that its WAL is restored; after a clean shutdown pmwal.path may change.",
+						 slot->ring_path)));
+	if (ring_holds_wal(hdr))
+		ereport(WARNING,
+				(errmsg("pmwal: ring \"%s\" that this data directory was bound to has been bound by another data directory since",
+						slot->ring_path),
+				 errdetail("The ring is at generation %llu, this data directory's binding at %llu: a copy of this data directory used it.",
+						   (unsigned long long) hdr->generation.v,
+						   (unsigned long long) slot->generation)));
+}
+
+/*
+ * The ring at "path" is missing: may pmwal create a new one there?  Not if
+ * the cluster crashed and its bound ring -- this one -- may hold WAL.
+ */
+void
+pmwal_binding_allows_new_ring(ControlFileData *control, const char *path)
+{
+	BindingSlot slot;
+
+	if (claimed_binding(control, &slot) != BINDING_VALID)
+		return;
+	if (strcmp(slot.ring_path, path) == 0)
+	{
+		char		id[2 * RING_ID_LEN + 1];
+
+		ring_id_text(slot.ring_id, id);
+		ereport(FATAL,
+				(errcode(ERRCODE_UNDEFINED_FILE),
+				 errmsg("pmwal ring \"%s\" is missing, and it may hold this cluster's acknowledged WAL", path),
+				 errdetail("The cluster did not shut down cleanly; its WAL was made durable in ring %s at that path (generation %llu).  pmwal does not create a new ring in its place.",
+						   id, (unsigned long long) slot.generation),
+				 errhint("Put the ring back at \"%s\", so that its WAL is restored.  %s",
+						 path, unbind_hint)));
+	}
+	require_bound_ring_free(&slot, psprintf("pmwal.path now names \"%s\".", path));
+}
+
+/*
+ * pmwal.path is empty: pmwal stays inactive.  The binding goes, unless the
+ * cluster crashed with WAL in the bound ring.
+ */
+void
+pmwal_binding_inactive(ControlFileData *control)
+{
+	BindingSlot slot;
+	struct stat st;
+
+	if (claimed_binding(control, &slot) == BINDING_VALID)
+		require_bound_ring_free(&slot, "pmwal.path is empty.");
+	if (lstat(BINDING_PATH, &st) == 0)
+	{
+		binding_remove();
+		ereport(LOG,
+				(errmsg("pmwal is inactive because pmwal.path is not set; the data directory is no longer bound to a ring")));
+	}
+	else
+		ereport(LOG,
+				(errmsg("pmwal is inactive because pmwal.path is not set")));
+}
+
+/*
+ * The attached ring, checked against the data directory: what the start
+ * does with it.  FATAL where it must not be used.
+ */
+RestorePlan
+pmwal_binding_check(ControlFileData *control)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	const char *path = pmwal_ring->path;
+	BindingSlot slot;
+	BindingState state = BINDING_ABSENT;
+	char		rid[2 * RING_ID_LEN + 1];
+	char		bid[2 * RING_ID_LEN + 1];
+	const char *owner = ring_owner_valid(&hdr->owner) ? hdr->owner.datadir : "unknown";
+
+	ring_id_text(hdr->st.s.ring_id, rid);
+	if (!ring_holds_wal(hdr))
+	{
+		state = claimed_binding(control, &slot);
+		if (state != BINDING_VALID)
+			return RESTORE_NOTHING;
+		ring_id_text(slot.ring_id, bid);
+		if (memcmp(slot.ring_id, hdr->st.s.ring_id, RING_ID_LEN) != 0)
+		{
+			if (strcmp(slot.ring_path, path) == 0)
+				ereport(FATAL,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("pmwal ring \"%s\" is not the ring that may hold this cluster's acknowledged WAL", path),
+						 errdetail("The cluster did not shut down cleanly; its WAL was made durable in ring %s at this path (generation %llu), but the file there now is ring %s.",
+								   bid, (unsigned long long) slot.generation, rid),
+						 errhint("Put ring %s back at \"%s\".  %s", bid, path, unbind_hint)));
+			require_bound_ring_free(&slot, psprintf("pmwal.path now names \"%s\".", path));
+		}
+		else if (hdr->generation.v < slot.generation)
+			ereport(FATAL,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("pmwal ring \"%s\" is older than this data directory's binding to it", path),
+					 errdetail("The cluster did not shut down cleanly.  The ring is at generation %llu, the data directory's binding at %llu: the ring file was replaced by an earlier copy of itself, and the acknowledged WAL it held since is not in it.",
+							   (unsigned long long) hdr->generation.v,
+							   (unsigned long long) slot.generation),
+					 errhint("Put the ring that was at \"%s\" back.  %s", path, unbind_hint)));
+		return RESTORE_NOTHING;
+	}
+
+	/* the ring holds WAL: whose, and may it be written into pg_wal? */
+	if (restored_from_backup())
+	{
+		XLogRecPtr	backup_start = backup_label_start();
+
+		if (hdr->head.v <= backup_start)
+		{
+			ereport(LOG,
+					(errmsg("pmwal ring \"%s\" holds only WAL older than the base backup this data directory is restored from; not restored", path),
+					 errdetail("The ring holds %X/%X to %X/%X; the backup starts at %X/%X (\"%s\").",
+							   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+							   LSN_FORMAT_ARGS(backup_start), BACKUP_LABEL_FILE)));
+			return RESTORE_DROP;
+		}
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal ring \"%s\" holds WAL, but this data directory is being restored from a base backup; nothing was restored", path),
+				 errdetail("The ring holds %X/%X to %X/%X, and \"%s\" exists.  That WAL may belong to the server the backup was taken from (data directory %s).",
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+						   BACKUP_LABEL_FILE, owner),
+				 errhint("If that server is gone and its archive lacks this WAL, save it with \"pmwal_ctl dump\" into the archive; then \"pmwal_ctl reset --discard-wal\", or give this server another pmwal.path.")));
+	}
+
+	state = binding_read(&slot);
+	if (state != BINDING_VALID ||
+		memcmp(slot.ring_id, hdr->st.s.ring_id, RING_ID_LEN) != 0 ||
+		slot.system_identifier != control->system_identifier)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("pmwal ring \"%s\" holds WAL of another data directory; nothing was restored", path),
+				 errdetail("The ring (ring %s, generation %llu, bound by data directory %s) holds WAL from %X/%X to %X/%X, but %s.",
+						   rid, (unsigned long long) hdr->generation.v, owner,
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+						   state == BINDING_ABSENT ? "this data directory has no binding file (" BINDING_PATH ")"
+						   : state == BINDING_DAMAGED ? "this data directory's binding file is damaged"
+						   : "this data directory is bound to another ring"),
+				 errhint("Give this server its own ring in pmwal.path; start the data directory the ring belongs to on it.  \"pmwal_ctl inspect\" shows the ring.")));
+	if (hdr->generation.v > slot.generation + 1)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("pmwal ring \"%s\" holds WAL of another copy of this data directory; nothing was restored", path),
+				 errdetail("The ring is at generation %llu, this data directory's binding at %llu: the ring was bound since by a copy of this data directory (%s), whose WAL it holds from %X/%X to %X/%X.",
+						   (unsigned long long) hdr->generation.v,
+						   (unsigned long long) slot.generation, owner,
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v)),
+				 errhint("Start that copy on this ring so that it restores its WAL; give this server its own ring.")));
+	if (hdr->generation.v < slot.generation)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal ring \"%s\" is older than this data directory's binding to it; nothing was restored", path),
+				 errdetail("The ring is at generation %llu, the data directory's binding at %llu: the ring file was replaced by an earlier copy of itself (WAL %X/%X to %X/%X), and the acknowledged WAL it held since is not in it.",
+						   (unsigned long long) hdr->generation.v,
+						   (unsigned long long) slot.generation,
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v)),
+				 errhint("Put the ring that was at \"%s\" back.  \"pmwal_ctl reset --discard-wal\" starts without it.", path)));
+	if (pmwal_cluster_shut_down(control))
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal ring \"%s\" holds WAL, but the cluster was shut down cleanly since; nothing was restored", path),
+				 errdetail("The ring holds WAL from %X/%X to %X/%X, and pg_control says the cluster shut down cleanly at %X/%X.  A clean shutdown with pmwal leaves the ring empty: the cluster ran without this ring after it was written (pmwal.path changed, or pmwal not loaded), and its WAL is not this cluster's history any more.",
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+						   LSN_FORMAT_ARGS(control->checkPoint)),
+				 errhint("\"pmwal_ctl dump\" saves the ring's WAL; \"pmwal_ctl reset --discard-wal\" empties it.")));
+	if (control->state != DB_IN_PRODUCTION && control->state != DB_SHUTDOWNING)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal ring \"%s\" holds WAL, but the cluster was in recovery; nothing was restored", path),
+				 errdetail("The ring holds WAL from %X/%X to %X/%X, but pg_control's state is %d: pmwal copies WAL only after recovery, and restores the ring before it.",
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+						   (int) control->state),
+				 errhint("\"pmwal_ctl dump\" saves the ring's WAL; \"pmwal_ctl reset --discard-wal\" empties it.")));
+	return RESTORE_WRITE;
+}
+
+/*
+ * Bind the (now empty) ring to this data directory at a new generation:
+ * two above what either side recorded, ring first.
+ */
+void
+pmwal_binding_take(ControlFileData *control)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	BindingSlot slot;
+	uint64		generation = hdr->generation.v;
+	char		id[2 * RING_ID_LEN + 1];
+
+	Assert(!ring_holds_wal(hdr));
+	if (!restored_from_backup() && binding_read(&slot) == BINDING_VALID &&
+		memcmp(slot.ring_id, hdr->st.s.ring_id, RING_ID_LEN) == 0)
+		generation = Max(generation, slot.generation);
+	generation += 2;
+	ring_set_word_or_die(&hdr->generation.v, generation);
+	ring_write_owner(generation);
+	PMWAL_PAUSE_POINT("bind_after_ring");
+	binding_write(control->system_identifier, generation, FATAL);
+	ring_id_text(hdr->st.s.ring_id, id);
+	ereport(LOG,
+			(errmsg("pmwal bound ring \"%s\" (ring %s) to this data directory at generation %llu",
+					pmwal_ring->path, id, (unsigned long long) generation)));
+}
+
+/*
+ * The flusher, after a pass: one generation up, ring first, then the
+ * binding file.  If the binding file could not be written, the ring stays
+ * one ahead of it (which a start accepts) until it can be.
+ */
+void
+pmwal_generation_bump(void)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	uint64		generation = hdr->generation.v;
+	BindingSlot slot;
+
+	if (written_generation == 0)
+	{
+		/* a flusher that just started: what does the file hold? */
+		if (binding_read(&slot) != BINDING_VALID ||
+			memcmp(slot.ring_id, hdr->st.s.ring_id, RING_ID_LEN) != 0)
+			return;				/* not bound (a base backup in recovery) */
+		written_generation = slot.generation;
+	}
+	if (generation > written_generation)
+	{
+		/* the last write failed: catch up first */
+		(void) binding_write(hdr->st.s.system_identifier, generation, WARNING);
+		return;
+	}
+	generation++;
+	if (!ring_set_word(&hdr->generation.v, generation))
+		ereport(PANIC,
+				(errcode_for_file_access(),
+				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
+	PMWAL_PAUSE_POINT("generation_after_ring");
+	(void) binding_write(hdr->st.s.system_identifier, generation, WARNING);
+}

@@ -1,0 +1,505 @@
+/*-------------------------------------------------------------------------
+ *
+ * wal_ring.c
+ *		The sync layer: what a write into a WAL segment, a sync of one, and
+ *		a write of pg_control do while pmwal runs (interpose.c calls here).
+ *
+ * A write into a WAL segment is first copied into the ring, at the ring
+ * offset of its LSN, and drained (persisted); then the server's pwrite
+ * runs.  A sync of a WAL segment publishes the ring's head over everything
+ * copied -- one persisted 8-byte store -- and returns: the ring now holds,
+ * persisted, every byte written to any segment since the ring's tail, and
+ * every byte before the tail is synced in pg_wal (I1, I2).  PostgreSQL
+ * moves its flush pointer, and wakes walsenders and the archiver, only
+ * after that, so nothing that reads the flush pointer ever sees WAL that
+ * is neither in the ring nor synced (I7).  The ring always holds the newest
+ * version of each page it covers: the copy comes before the write.
+ *
+ * The ring is "anchored" while every WAL write since it was anchored went
+ * into it; only then are syncs answered from it.  A write the ring cannot
+ * take -- pmwal.enabled off, a WAL file opened with O_SYNC, O_DSYNC or
+ * O_DIRECT, a single write larger than the ring, a write that is not a
+ * pwrite -- first retires the ring: everything written so far is synced
+ * for real, the ring emptied and unanchored, and from then on PostgreSQL's
+ * own syncs are real.  So the ring is never older than what pg_wal holds
+ * durably, and a restore never writes older bytes over newer ones.  The
+ * next write the ring can take anchors it again, after a real sync of
+ * whatever was written meanwhile.  A ring that is full is not waited for:
+ * the writer syncs pg_wal itself, as the flusher would have, and frees the
+ * ring (CTR_FULL).
+ *
+ * Before pg_control is written (a checkpoint, a state change), everything
+ * written so far is synced for real and the ring emptied.  So pg_control
+ * never names WAL that only the ring holds, the ring never holds WAL older
+ * than the checkpoint pg_control names (which bounds a stale ring,
+ * binding.c), never reaches into a segment a checkpoint may remove, and a
+ * cluster that pg_control says was shut down cleanly owns nothing in any
+ * ring.
+ *
+ * In recovery (crash recovery, a standby, a promotion's end) nothing is
+ * copied: the walreceiver and the startup process write and sync WAL as
+ * in stock PostgreSQL.  The ring, emptied by the restore, is anchored at
+ * the first write after recovery.
+ *
+ * Every positional change of the ring is made so that each intermediate
+ * state claims only bytes the ring holds, or nothing (I6): head only grows
+ * over copied bytes; tail grows up to head, or head and tail are moved
+ * together through an empty state.
+ *
+ * IDENTIFICATION
+ *		wal_ring.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+
+#include "pmwal.h"
+
+#define RING_LOCK()		LWLockAcquire(pmwal_shared->ring_lock, LW_EXCLUSIVE)
+#define RING_UNLOCK()	LWLockRelease(pmwal_shared->ring_lock)
+#define SYNC_LOCK()		LWLockAcquire(pmwal_shared->sync_lock, LW_EXCLUSIVE)
+#define SYNC_UNLOCK()	LWLockRelease(pmwal_shared->sync_lock)
+
+/*
+ * Does pmwal follow this process's WAL writes at all?  Not in recovery,
+ * and not in a process without a PGPROC (the postmaster).
+ */
+static bool
+tracking(void)
+{
+	return pmwal_ring != NULL && pmwal_shared != NULL && MyProc != NULL &&
+		!RecoveryInProgress();
+}
+
+static bool
+anchored(void)
+{
+	return pg_atomic_read_u32(&pmwal_shared->anchored) != 0;
+}
+
+/* ---------------------------------------------------------------------
+ * Moving the ring's positions (ring_lock held)
+ * --------------------------------------------------------------------- */
+
+static void
+persist_word(volatile uint64 *word, uint64 value)
+{
+	if (PMWAL_MUTANT == MUTANT_NO_PERSIST && word == &pmwal_ring->hdr->head.v)
+	{
+		*word = value;
+		return;
+	}
+	if (!ring_set_word(word, value))
+		ereport(PANIC,
+				(errcode_for_file_access(),
+				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
+}
+
+/* Claim everything copied up to "end" (copied and drained already). */
+static void
+publish(XLogRecPtr end)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	if (end > hdr->head.v)
+		persist_word(&hdr->head.v, end);
+}
+
+/*
+ * Move an empty ring (tail >= head) to "at", keeping it empty at every
+ * store: downwards head first, upwards tail first.
+ */
+static void
+move_empty(XLogRecPtr at)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	if (at < hdr->head.v || PMWAL_MUTANT == MUTANT_TAIL_ORDER)
+	{
+		persist_word(&hdr->head.v, at);
+		persist_word(&hdr->tail.v, at);
+	}
+	else
+	{
+		persist_word(&hdr->tail.v, at);
+		persist_word(&hdr->head.v, at);
+	}
+}
+
+/* Give up the ring's WAL before "to" (synced in pg_wal), page-aligned. */
+static void
+free_to(XLogRecPtr to)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	if (to <= hdr->tail.v || to > pmwal_shared->copied_end)
+		return;
+	/* head may lag what was copied; everything up to "to" was */
+	if (to > hdr->head.v)
+		persist_word(&hdr->head.v, to);
+	persist_word(&hdr->tail.v, to);
+}
+
+/* Give up all the ring's WAL (synced in pg_wal). */
+static void
+empty_ring(void)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	if (hdr->tail.v < hdr->head.v)
+		persist_word(&hdr->tail.v, hdr->head.v);
+}
+
+/* ---------------------------------------------------------------------
+ * Real syncs
+ * --------------------------------------------------------------------- */
+
+/*
+ * Sync everything written so far for real; then, if the ring is anchored,
+ * empty it ("empty") or give up all but the page the next write rewrites.
+ */
+void
+ring_make_durable(bool empty)
+{
+	XLogRecPtr	upto;
+
+	SYNC_LOCK();
+	upto = pg_atomic_read_u64(&pmwal_shared->written_end);
+	pmwal_sync_range(upto);
+	PMWAL_PAUSE_POINT("durable_after_sync");
+	RING_LOCK();
+	if (anchored())
+	{
+		if (empty)
+			empty_ring();
+		else if (upto > 0)
+			free_to(RING_PAGE(upto - 1));
+	}
+	RING_UNLOCK();
+	SYNC_UNLOCK();
+}
+
+/* The flusher: the WAL before "durable" was synced; free the ring there. */
+void
+ring_free_up_to(XLogRecPtr durable)
+{
+	if (durable == 0)
+		return;
+	RING_LOCK();
+	if (anchored())
+		free_to(RING_PAGE(durable - 1));
+	RING_UNLOCK();
+}
+
+/*
+ * Stop answering syncs from the ring: sync everything for real, empty and
+ * unanchor it.  "why" is what pmwal_status shows as the reason.
+ */
+static void
+retire(const char *why)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	pmwal_shared->pass_reason = why;
+	if (!anchored())
+		return;
+	SYNC_LOCK();
+	pmwal_sync_range(pg_atomic_read_u64(&pmwal_shared->written_end));
+	PMWAL_PAUSE_POINT("retire_after_sync");
+	RING_LOCK();
+	pg_atomic_write_u32(&pmwal_shared->anchored, 0);
+	empty_ring();
+	persist_word(&hdr->state.v, RING_STATE_EMPTY);
+	RING_UNLOCK();
+	SYNC_UNLOCK();
+	pmwal_count(CTR_RETIRES, 1);
+	ereport(LOG,
+			(errmsg("pmwal gave up its ring for ordinary WAL syncs: %s", why)));
+}
+
+/* ---------------------------------------------------------------------
+ * Following what is written
+ * --------------------------------------------------------------------- */
+
+/*
+ * The first WAL write this pmwal follows (after the restore and recovery,
+ * everything before it is durable), or the first on a new timeline (the
+ * ring holds one timeline: the old one's WAL is synced first).
+ */
+static void
+follow_timeline(TimeLineID tli, XLogRecPtr start)
+{
+	if (pg_atomic_read_u64(&pmwal_shared->durable_lsn) != 0 &&
+		pmwal_shared->tli == tli)
+		return;
+	if (pg_atomic_read_u64(&pmwal_shared->durable_lsn) != 0)
+	{
+		retire("the WAL timeline changed");
+		SYNC_LOCK();
+		pmwal_sync_range(pg_atomic_read_u64(&pmwal_shared->written_end));
+		SYNC_UNLOCK();
+	}
+	SYNC_LOCK();
+	RING_LOCK();
+	pmwal_shared->tli = tli;
+	pg_atomic_write_u64(&pmwal_shared->durable_lsn, start);
+	pg_atomic_write_u64(&pmwal_shared->written_end, start);
+	RING_UNLOCK();
+	SYNC_UNLOCK();
+}
+
+static void
+note_written(XLogRecPtr end)
+{
+	pmwal_advance(&pmwal_shared->written_end, end);
+}
+
+/* Is this write one the ring may take?  Sets *why if not. */
+static bool
+copy_allowed(const WalFd *w, size_t len, const char **why)
+{
+	if (w->kind != FD_WAL)
+		*why = "a WAL file is opened with O_SYNC, O_DSYNC or O_DIRECT (wal_sync_method open_datasync or open_sync)";
+	else if (pg_atomic_read_u32(&pmwal_shared->enabled) == 0)
+		*why = "pmwal.enabled is off";
+	else if (len > pmwal_ring->capacity - XLOG_BLCKSZ)
+		*why = "a single WAL write was larger than the ring";
+	else
+		return true;
+	return false;
+}
+
+/* Anchor the unanchored ring at "start": everything before it is durable. */
+static void
+anchor(TimeLineID tli, XLogRecPtr start)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+
+	Assert(!anchored() && !ring_holds_wal(hdr));
+	if (hdr->timeline.v != tli)
+		persist_word(&hdr->timeline.v, tli);
+	move_empty(start);
+	persist_word(&hdr->state.v, RING_STATE_IN_USE);
+	pmwal_shared->copied_end = start;
+	pmwal_shared->pass_reason = NULL;
+	pg_atomic_write_u32(&pmwal_shared->anchored, 1);
+	pmwal_count(CTR_ANCHORS, 1);
+}
+
+/*
+ * Make room in the ring for the write [start, end) and decide whether it
+ * goes into the ring.  Returns false when the ring cannot take it: then
+ * the ring is retired (or was not anchored) and the write goes to pg_wal
+ * only, synced by PostgreSQL.
+ */
+static bool
+reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	uint64		cap = pmwal_ring->capacity;
+
+	for (;;)
+	{
+		XLogRecPtr	written = pg_atomic_read_u64(&pmwal_shared->written_end);
+		XLogRecPtr	durable = pg_atomic_read_u64(&pmwal_shared->durable_lsn);
+		bool		need_sync = false;
+
+		RING_LOCK();
+		if (anchored() &&
+			(start > pmwal_shared->copied_end ||
+			 (written > 0 && start < RING_PAGE(written - 1)) ||
+			 (start < hdr->tail.v && ring_holds_wal(hdr))))
+		{
+			/*
+			 * XLogWrite writes on from the page it wrote last: a write
+			 * after a gap, or back before that page, is never expected.
+			 */
+			RING_UNLOCK();
+			retire("a WAL write did not follow the previous one");
+			continue;
+		}
+		if (!anchored())
+		{
+			if (durable < written)
+				need_sync = true;	/* what was written meanwhile, first */
+			else
+			{
+				anchor(w->tli, start);
+				RING_UNLOCK();
+				return true;
+			}
+		}
+		else
+		{
+			XLogRecPtr	tail = hdr->tail.v;
+
+			if (start < tail)
+			{
+				/* an empty ring: the write rewrites the page at its tail */
+				move_empty(start);
+				tail = start;
+			}
+			if (end - tail <= cap)
+			{
+				RING_UNLOCK();
+				return true;
+			}
+			need_sync = true;	/* full: free it */
+		}
+		RING_UNLOCK();
+
+		Assert(need_sync);
+		(void) need_sync;
+		if (anchored())
+		{
+			/* full: sync what was written before this write, and free it */
+			pmwal_count(CTR_FULL, 1);
+			ring_make_durable(false);
+			RING_LOCK();
+			if (anchored() && end - Min(hdr->tail.v, start) > cap)
+			{
+				RING_UNLOCK();
+				pmwal_count(CTR_LARGE, 1);
+				retire("a single WAL write was larger than the ring");
+				return false;
+			}
+			RING_UNLOCK();
+		}
+		else
+		{
+			SYNC_LOCK();
+			pmwal_sync_range(written);
+			SYNC_UNLOCK();
+		}
+	}
+}
+
+/* ---------------------------------------------------------------------
+ * Entry points
+ * --------------------------------------------------------------------- */
+
+ssize_t
+ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t offset)
+{
+	XLogRecPtr	start;
+	const char *why = NULL;
+	ssize_t		rc;
+
+	if (!tracking() || len == 0)
+		return pwrite(fd, buf, len, offset);
+	XLogSegNoOffsetToRecPtr(w->segno, offset, wal_segment_size, start);
+	follow_timeline(w->tli, start);
+
+	if (!copy_allowed(w, len, &why) || !reserve(w, start, start + len))
+	{
+		if (why != NULL)
+		{
+			if (w->kind == FD_WAL && len > pmwal_ring->capacity - XLOG_BLCKSZ)
+				pmwal_count(CTR_LARGE, 1);
+			retire(why);
+		}
+		rc = pwrite(fd, buf, len, offset);
+		if (rc > 0)
+			note_written(start + rc);
+		pmwal_count(CTR_PASS_WRITES, 1);
+		return rc;
+	}
+
+	/* into the ring first, persisted, then into the segment */
+	if (PMWAL_MUTANT == MUTANT_HEAD_FIRST)
+	{
+		RING_LOCK();
+		publish(start + len);
+		RING_UNLOCK();
+	}
+	ring_copy_in(start, buf, len);
+	PMWAL_PAUSE_POINT("write_before_drain");
+	if (!ring_drain(start, start + len))
+		ereport(PANIC,
+				(errcode_for_file_access(),
+				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
+	PMWAL_PAUSE_POINT("write_after_copy");
+	rc = pwrite(fd, buf, len, offset);
+	if (rc <= 0)
+		return rc;				/* PostgreSQL retries, or PANICs */
+
+	RING_LOCK();
+	pmwal_shared->copied_end = Max(pmwal_shared->copied_end, start + rc);
+	note_written(start + rc);
+	/* without fsync, PostgreSQL never syncs: a write is its durability point */
+	if (!enableFsync)
+		publish(pmwal_shared->copied_end);
+	if (pmwal_shared->copied_end - pmwal_ring->hdr->tail.v >= pmwal_ring->capacity / 4)
+		pmwal_wake_flusher();
+	RING_UNLOCK();
+	pmwal_count(CTR_RING_WRITES, 1);
+	pmwal_count(CTR_BYTES_COPIED, rc);
+	return rc;
+}
+
+/*
+ * A WAL file is written some other way than by pwrite (PostgreSQL does not
+ * do that; the ring is given up rather than trusted without it).
+ */
+void
+ring_on_wal_other_write(const WalFd *w)
+{
+	if (!tracking())
+		return;
+	retire("a WAL file was written by a call other than pwrite()");
+	/* the write's range is unknown: the next anchor syncs the whole file */
+	note_written(((w->segno + 1) * wal_segment_size));
+	pmwal_count(CTR_PASS_WRITES, 1);
+}
+
+int
+ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
+{
+	bool		served = false;
+
+	if (tracking() && w->kind == FD_WAL && anchored())
+	{
+		PMWAL_PAUSE_POINT("sync_before_publish");
+		RING_LOCK();
+		if (anchored())
+		{
+			publish(pmwal_shared->copied_end);
+			served = true;
+		}
+		RING_UNLOCK();
+	}
+	if (!served)
+	{
+		pmwal_count(CTR_PASS_SYNCS, 1);
+		return datasync ? fdatasync(fd) : fsync(fd);
+	}
+	PMWAL_PAUSE_POINT("sync_after_publish");
+	pmwal_count(CTR_RING_SYNCS, 1);
+	return 0;
+}
+
+/*
+ * pg_control is about to be written: sync everything written so far for
+ * real and empty the ring (see the file header).
+ */
+void
+ring_on_control_write(void)
+{
+	if (pmwal_ring == NULL || pmwal_shared == NULL || MyProc == NULL)
+		return;
+	if (!anchored() &&
+		pg_atomic_read_u64(&pmwal_shared->written_end) <=
+		pg_atomic_read_u64(&pmwal_shared->durable_lsn))
+		return;
+	PMWAL_PAUSE_POINT("control_before_sync");
+	ring_make_durable(true);
+	pmwal_count(CTR_CONTROL_SYNCS, 1);
+	PMWAL_PAUSE_POINT("control_after_sync");
+}
