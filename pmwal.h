@@ -38,6 +38,7 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 
+#include "pmwal_version.h"
 #include "ring_format.h"
 
 struct ControlFileData;
@@ -52,7 +53,6 @@ struct ControlFileData;
 #error "pmwal supports PostgreSQL 15 to 18"
 #endif
 
-#define PMWAL_VERSION		"2.0.0"
 
 /* How the ring's updates are made durable. */
 typedef enum PmwalMode

@@ -54,12 +54,12 @@ my %static = (
 	format_version => [ 8, 'L<' ],
 	header_size => [ 12, 'L<' ],
 	system_identifier => [ 16, 'Q<' ],
-	timeline => [ 24, 'L<' ],
-	wal_segment_size => [ 28, 'L<' ],
-	wal_block_size => [ 32, 'L<' ],
-	capacity => [ 40, 'Q<' ],
-	crc => [ 48, 'L<' ],);
-my %word = (tail => 64, last_end => 128, head => 192, state => 256, exposed => 320);
+	wal_segment_size => [ 24, 'L<' ],
+	wal_block_size => [ 28, 'L<' ],
+	capacity => [ 32, 'Q<' ],
+	ring_id => [ 40, 'a16' ],
+	crc => [ 56, 'L<' ],);
+my %word = (tail => 64, head => 128, state => 192, timeline => 256, generation => 320);
 
 no warnings 'portable';
 use constant RING_STATE_EMPTY => 0x454d505459000001;
@@ -227,8 +227,8 @@ sub _rw
 	return $buf;
 }
 
-# Read or write one dynamic header word (tail, last_end, head, state,
-# exposed).
+# Read or write one dynamic header word (tail, head, state, timeline,
+# generation).
 sub ring_read_u64
 {
 	my ($path, $name) = @_;
@@ -251,7 +251,7 @@ sub ring_field
 {
 	my ($path, $name) = @_;
 	my ($off, $fmt) = @{ $static{$name} };
-	return unpack($fmt, _rw($path, $off, $fmt eq 'Q<' ? 8 : $fmt eq 'a8' ? 8 : 4));
+	return unpack($fmt, _rw($path, $off, $fmt eq 'Q<' ? 8 : $fmt eq 'a8' ? 8 : $fmt eq 'a16' ? 16 : 4));
 }
 
 # Change static header fields and, unless keep_crc => 1, recompute the CRC
@@ -265,7 +265,7 @@ sub ring_set_static
 		my ($off, $fmt) = @{ $static{$name} };
 		_rw($path, $off, 0, pack($fmt, $fields{$name}));
 	}
-	_rw($path, 48, 0, pack('L<', crc32c(_rw($path, 0, 48)))) unless $keep_crc;
+	_rw($path, 56, 0, pack('L<', crc32c(_rw($path, 0, 56)))) unless $keep_crc;
 	return;
 }
 
