@@ -255,14 +255,14 @@ wrap_dup(int oldfd)
 
 /* A write of any kind that is not a pwrite into a WAL segment. */
 static void
-before_other_write(int fd)
+before_other_write(int fd, const void *buf, size_t len)
 {
 	const WalFd *w = lookup(fd);
 
 	if (w == NULL)
 		return;
 	if (w->kind == FD_CONTROL)
-		ring_on_control_write();
+		ring_on_control_write(buf, len);
 	else
 		ring_on_wal_other_write(w);
 }
@@ -275,28 +275,30 @@ wrap_pwrite(int fd, const void *buf, size_t len, off_t offset)
 	if (w != NULL && w->kind != FD_CONTROL)
 		return ring_on_wal_pwrite(fd, w, buf, len, offset);
 	if (w != NULL)
-		ring_on_control_write();
+		ring_on_control_write(offset == 0 ? buf : NULL, len);
 	return pwrite(fd, buf, len, offset);
 }
 
 static ssize_t
 wrap_write(int fd, const void *buf, size_t len)
 {
-	before_other_write(fd);
+	before_other_write(fd, buf, len);
 	return write(fd, buf, len);
 }
 
 static ssize_t
 wrap_writev(int fd, const struct iovec *iov, int iovcnt)
 {
-	before_other_write(fd);
+	before_other_write(fd, iovcnt > 0 ? iov[0].iov_base : NULL,
+					   iovcnt > 0 ? iov[0].iov_len : 0);
 	return writev(fd, iov, iovcnt);
 }
 
 static ssize_t
 wrap_pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset)
 {
-	before_other_write(fd);
+	before_other_write(fd, iovcnt > 0 && offset == 0 ? iov[0].iov_base : NULL,
+					   iovcnt > 0 ? iov[0].iov_len : 0);
 	return pwritev(fd, iov, iovcnt, offset);
 }
 

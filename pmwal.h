@@ -210,7 +210,7 @@ extern ssize_t ring_on_wal_pwrite(int fd, const WalFd *wfd, const void *buf,
 								  size_t len, off_t offset);
 extern void ring_on_wal_other_write(const WalFd *wfd);
 extern int	ring_on_wal_sync(int fd, const WalFd *wfd, bool datasync);
-extern void ring_on_control_write(void);
+extern void ring_on_control_write(const void *buf, size_t len);
 extern void ring_make_durable(bool empty);
 extern void ring_free_up_to(XLogRecPtr durable);
 

@@ -201,8 +201,13 @@ verify_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr head, TimeL
 			nrecords++;
 		if (d != NULL)
 		{
-			if (rd->ReadRecPtr != rm->ReadRecPtr || d->xl_tot_len != m->xl_tot_len ||
-				memcmp(d, m, m->xl_tot_len) != 0)
+			/*
+			 * Both records passed their CRC check; a record's header ends
+			 * with the CRC of all its bytes, so equal headers are equal
+			 * records (the reader returns the header, not the raw bytes).
+			 */
+			if (rd->ReadRecPtr != rm->ReadRecPtr ||
+				memcmp(d, m, sizeof(XLogRecord)) != 0)
 				refuse("holds WAL of another history than pg_wal",
 					   psprintf("At %X/%X pg_wal holds a record of %u bytes (%s), the ring %s of %u bytes (%s).  The cluster wrote other WAL at these locations after the ring's (it ran without this ring, or the ring belongs elsewhere).",
 								LSN_FORMAT_ARGS(rd->ReadRecPtr), d->xl_tot_len,

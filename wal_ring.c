@@ -57,6 +57,7 @@
 
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "catalog/pg_control.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 
@@ -203,7 +204,7 @@ ring_free_up_to(XLogRecPtr durable)
  * unanchor it.  "why" is what pmwal_status shows as the reason.
  */
 static void
-retire(const char *why)
+retire_ring(const char *why, bool log)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
 
@@ -220,8 +221,15 @@ retire(const char *why)
 	RING_UNLOCK();
 	SYNC_UNLOCK();
 	pmwal_count(CTR_RETIRES, 1);
-	ereport(LOG,
-			(errmsg("pmwal gave up its ring for ordinary WAL syncs: %s", why)));
+	if (log)
+		ereport(LOG,
+				(errmsg("pmwal gave up its ring for ordinary WAL syncs: %s", why)));
+}
+
+static void
+retire(const char *why)
+{
+	retire_ring(why, true);
 }
 
 /* ---------------------------------------------------------------------
@@ -291,6 +299,9 @@ anchor(TimeLineID tli, XLogRecPtr start)
 	pmwal_shared->pass_reason = NULL;
 	pg_atomic_write_u32(&pmwal_shared->anchored, 1);
 	pmwal_count(CTR_ANCHORS, 1);
+	ereport(LOG,
+			(errmsg("pmwal ring \"%s\" anchored at %X/%X on timeline %u; WAL syncs are answered from it",
+					pmwal_ring->path, LSN_FORMAT_ARGS(start), tli)));
 }
 
 /*
@@ -486,20 +497,33 @@ ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
 }
 
 /*
- * pg_control is about to be written: sync everything written so far for
- * real and empty the ring (see the file header).
+ * pg_control is about to be written ("buf": the ControlFileData written, if
+ * known): sync everything written so far for real and empty the ring (see
+ * the file header).  At the shutdown checkpoint's last write, the ring is
+ * also unanchored and marked empty: nothing is written after it.
  */
 void
-ring_on_control_write(void)
+ring_on_control_write(const void *buf, size_t len)
 {
+	bool		shutdown;
+
 	if (pmwal_ring == NULL || pmwal_shared == NULL || MyProc == NULL)
 		return;
+	shutdown = buf != NULL && len >= sizeof(ControlFileData) &&
+		((const ControlFileData *) buf)->state == DB_SHUTDOWNED;
 	if (!anchored() &&
 		pg_atomic_read_u64(&pmwal_shared->written_end) <=
 		pg_atomic_read_u64(&pmwal_shared->durable_lsn))
 		return;
 	PMWAL_PAUSE_POINT("control_before_sync");
-	ring_make_durable(true);
+	if (shutdown && anchored())
+	{
+		retire_ring("the server shut down", false);
+		ereport(LOG,
+				(errmsg("pmwal synced pg_wal at the shutdown checkpoint; the ring is empty")));
+	}
+	else
+		ring_make_durable(true);
 	pmwal_count(CTR_CONTROL_SYNCS, 1);
 	PMWAL_PAUSE_POINT("control_after_sync");
 }

@@ -1,5 +1,6 @@
-# Starting with pmwal: the ring is created 0600 and initialised, the status
-# view reports it, and pmwal refuses to work when not preloaded.
+# Starting with pmwal: the ring is created 0600 and initialised, bound to
+# the data directory, the status view reports it, a clean shutdown leaves
+# it empty, and pmwal refuses to work when not preloaded.
 use strict;
 use warnings;
 use FindBin;
@@ -26,14 +27,23 @@ is(ring_field($ring, 'system_identifier'),
 	$node->safe_psql('postgres', 'SELECT system_identifier FROM pg_control_system()'),
 	'ring header records the system identifier');
 
+ok(-f $node->data_dir . '/pg_wal/pmwal.binding',
+	'the data directory records its binding to the ring');
+like(ring_field($ring, 'ring_id'), qr/^.{16}$/s, 'the ring has an identity');
+cmp_ok(ring_read_u64($ring, 'generation'), '>=', 2, 'the start bound the ring (generation 2 or more)');
+ok($node->log_contains(qr/LOG:  pmwal bound ring "\Q$ring\E" \(ring [0-9a-f]{32}\) to this data directory at generation \d+/),
+	'the binding is logged');
+
 $node->safe_psql('postgres', 'CREATE EXTENSION pmwal');
-ok(wait_accelerated($node, 't'), 'the flusher anchors the ring');
+ok(wait_accelerated($node, 't'), 'WAL syncs are answered from the ring');
 is( $node->safe_psql(
 		'postgres',
 		'SELECT path, mode, capacity, state FROM pmwal_status'),
 	"$ring|emulated|8388608|in use",
 	'status view reports the ring in use');
 is(ring_state($ring), RING_STATE_IN_USE, 'ring state word says in use');
+is($node->safe_psql('postgres', 'SELECT library_version FROM pmwal_status'),
+	'2.0.0', 'the status view reports the library version');
 
 # From 17 on, pmwal's waits have wait events of their own (before: the
 # generic "Extension").  The flusher has no database connection, so it is
@@ -44,7 +54,7 @@ if ($node->safe_psql('postgres', 'SHOW server_version_num') >= 170000)
 			'postgres', q{
 SELECT string_agg(name, ',' ORDER BY name) FROM pg_wait_events
  WHERE type = 'Extension' AND name LIKE 'Pmwal%'}),
-		'PmwalFlusherMain,PmwalRingSpace',
+		'PmwalFlusherMain',
 		'pmwal registered its wait events');
 }
 
@@ -55,7 +65,8 @@ my $warnings = () =
 is($warnings, 2, 'emulation WARNING at every start');
 $node->stop;
 is(ring_state($ring), RING_STATE_EMPTY, 'a clean shutdown leaves the ring empty');
-ok($node->log_contains(qr/pmwal drained the ring/), 'the drain at shutdown is logged');
+ok($node->log_contains(qr/pmwal synced pg_wal at the shutdown checkpoint; the ring is empty/),
+	'the sync at the shutdown checkpoint is logged');
 
 # Without shared_preload_libraries, pmwal refuses clearly.
 my $plain = PostgreSQL::Test::Cluster->new('plain');

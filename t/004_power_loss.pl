@@ -11,7 +11,8 @@
 # Scenarios, under the same load (4 pgbench clients, unique ids, a kill at
 # a random moment):
 #	(a) pmwal: loses nothing, amcheck clean
-#	(b) pmwal, ring removed before the restart: must lose commits
+#	(b) pmwal, ring removed before the restart: the start is refused;
+#	    after pmwal_ctl unbind it must lose commits
 #	(c) stock PostgreSQL, synchronous_commit = off: must lose commits
 #	(d) stock PostgreSQL, synchronous_commit = on: loses nothing
 # (b) and (c) show that the test can fail.  wal_writer_delay = 10s,
@@ -129,6 +130,14 @@ sub scenario
 	my $cut = powercut($node);
 	acked_load_finish($load);
 	$opts{before_restart}->() if $opts{before_restart};
+	if ($opts{refused})
+	{
+		my $offset = -s $node->logfile;
+		ok(!$node->start(fail_ok => 1), "$tag: the start is refused");
+		like(slurp_file($node->logfile, $offset), $opts{refused},
+			"$tag: the refusal says why");
+		$opts{after_refusal}->();
+	}
 	$node->start;
 
 	my ($n, $missing, $extra) = acked_check($node, $load);
@@ -173,11 +182,19 @@ my $pmr = pmwal_node('pmwal_random', size => '64MB',
 	conf => $quiet_wal . "pmwal.flush_interval = 60s\n");
 $result{ar} = scenario($pmr, 'a_pmwal_random_ring', pmwal => 1, ring_cut => 'random');
 
-# (b) pmwal, but the ring is gone at the restart: commits must be lost
+# (b) pmwal, but the ring is gone at the restart: the start is refused
+# (issue 21: the data directory is bound to the ring, which may hold its
+# acknowledged WAL); once the binding is given up (pmwal_ctl unbind, what
+# the refusal's hint offers), the start goes on -- and commits are lost
 my $pmb = pmwal_node('noring', size => '64MB',
 	conf => $quiet_wal . "pmwal.flush_interval = 60s\n");
 $result{b} = scenario($pmb, 'b_ring_removed', pmwal => 1, expect_loss => 1,
-	before_restart => sub { unlink $pmb->{pmwal_ring} or die "unlink ring: $!" });
+	before_restart => sub { unlink $pmb->{pmwal_ring} or die "unlink ring: $!" },
+	refused => qr/FATAL:  pmwal ring "\Q$pmb->{pmwal_ring}\E" is missing, and it may hold this cluster's acknowledged WAL/,
+	after_refusal => sub {
+		my ($out, $err) = run_command([ 'pmwal_ctl', 'unbind', '-D', $pmb->data_dir ]);
+		note("pmwal_ctl unbind: $out$err");
+	});
 
 # (c) and (d): stock PostgreSQL
 for my $case ([ 'c_stock_async', 'off', 1 ], [ 'd_stock_sync', 'on', 0 ])

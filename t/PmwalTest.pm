@@ -611,16 +611,25 @@ sub acked_check
 }
 
 # One probe of the ring's store order (issue 12): a node on a small ring
-# (2 MB) under committing load in which one transaction in 20 inserts 5000
-# rows more -- more than a quarter of the ring, flushed the ordinary way,
-# so that the ring starts over behind it, again and again (an in-use
-# re-anchor).  The ring record stops a process at $opts{stop} (hazard,
-# random:P, claim: tools/powercut/ringrecord.c), or with 'none' the kill
-# comes at a random moment; then everything is killed, pg_wal and the ring
-# cut (ring mode $opts{ring_cut}) and the node restarted.  $opts{libdir}:
-# another build of pmwal.so (build_mutant).  Returns a hash: acked,
-# missing (undef when the restart was refused), restarted, stopped (a stop
-# happened), why (the FATAL or PANIC of a refused restart), cut.
+# (2 MB) under committing load in which one transaction in 20 inserts
+# 20000 rows more -- some 3 MB of WAL, with wal_buffers (16 MB) large
+# enough for PostgreSQL to write much of it in one pwrite.  So the ring is
+# found full again and again (freed from its tail, wal_ring.c free_to),
+# and now and then a single write is larger than it: the ring retires
+# (synced for real, emptied, unanchored) and the next write anchors it
+# again, an empty ring moved up over the WAL written meanwhile (anchor,
+# move_empty).  With 5000 rows and the default wal_buffers (the load
+# before the sync layer) no write is ever larger than the ring, and the
+# only anchor is the first write after the start.  Options big, big_rows:
+# acked_load_start's.  The ring record stops a process at $opts{stop}
+# (hazard, random:P, claim: tools/powercut/ringrecord.c), or with 'none'
+# the kill comes at a random moment; then everything is killed, pg_wal and
+# the ring cut (ring mode $opts{ring_cut}) and the node restarted.
+# $opts{libdir}: another build of pmwal.so (build_mutant).  Returns a
+# hash: acked, missing (undef when the restart was refused), restarted,
+# stopped (a stop happened), why (the FATAL or PANIC of a refused
+# restart), cut, retires (how often the ring retired under the load, from
+# the server log: each is followed by an anchor if the load went on).
 push @EXPORT, qw(ring_probe build_mutant);
 
 sub ring_probe
@@ -631,7 +640,7 @@ sub ring_probe
 	{
 		local $ENV{PMWAL_TEST_LIBDIR} = $opts{libdir} if $opts{libdir};
 		$node = pmwal_node($name, size => $opts{size} // '2MB',
-			conf => QUIET_WAL . "pmwal.flush_interval = 50ms\n");
+			conf => QUIET_WAL . "pmwal.flush_interval = 50ms\nwal_buffers = 16MB\n");
 	}
 	# the tables first: a stop inside this DDL would hold it forever
 	$node->start;
@@ -644,7 +653,9 @@ sub ring_probe
 		local $ENV{POWERCUT_RING_STOP} = $stop eq 'none' ? '' : $stop;
 		powercut_start($node);
 	}
-	my $load = acked_load_start($node, tag => $name, big => $opts{big} // 20);
+	my $load_from = -s $node->logfile;
+	my $load = acked_load_start($node, tag => $name, big => $opts{big} // 20,
+		big_rows => $opts{big_rows} // 20000);
 	my $ring = $node->{pmwal_ring};
 	my $stopped = 0;
 	my $deadline = Time::HiRes::time() + ($stop eq 'none' ? 1 + rand(2) : $opts{wait} // 8);
@@ -662,7 +673,9 @@ sub ring_probe
 	my $cut = powercut($node);
 	acked_load_finish($load);
 	my $offset = -s $node->logfile;
-	my %r = (stopped => $stopped, cut => $cut, acked => $load->{total}, node => $node);
+	my @retires = slurp_file($node->logfile, $load_from) =~ /pmwal gave up its ring/g;
+	my %r = (stopped => $stopped, cut => $cut, acked => $load->{total}, node => $node,
+		retires => scalar @retires);
 	$r{restarted} = $node->start(fail_ok => 1);
 	if ($r{restarted})
 	{
@@ -849,6 +862,9 @@ sub without_ring_query
 	PostgreSQL::Test::RecursiveCopy::copypath($node->data_dir, $copy->data_dir);
 	chmod 0700, $copy->data_dir;
 	unlink $copy->data_dir . '/postmaster.pid';
+	# as if it had never had a ring: without its binding, which would make
+	# the copy refuse to start without the ring it is bound to
+	unlink $copy->data_dir . '/pg_wal/pmwal.binding';
 	$copy->append_conf('postgresql.conf',
 		"port = " . $copy->port . "\npmwal.path = ''\nrestart_after_crash = off\n"
 		  . "archive_mode = off\n");

@@ -35,19 +35,22 @@
  * that left the image claiming WAL it does not hold (below) -- both logged
  * in RING.stops.
  *
- * Claims: the one stop that knows pmwal's ring format (ring_format.h).
- * An ordering bug between two stores that are each persisted (a re-anchor
- * that publishes head and last_end before its tail) leaves no undrained
- * flush behind, only a window of a few instructions between two persists
- * that no random stop finds.  So with POWERCUT_RING_STOP=claim every drain
- * that changes the image's header checks what the image now claims: if
- * its state is IN_USE and tail < head, every WAL page that begins in
- * [start of the tail's page, last_end) -- WAL that a restore must read
- * back to prove the acknowledged commits -- must carry its own address in
- * its page header (xlp_pageaddr).  A page that does not (a page of an
- * older lap, never copied) makes the process stop right after the drain,
- * with the image in exactly that state; the harness kills and cuts, and
- * the restart shows what a power cut there does.
+ * Claims: the one stop that knows pmwal's ring format (ring_format.h,
+ * format 2).  An ordering bug between two stores that are each persisted
+ * (an empty ring moved up that stores its head before its tail) leaves no
+ * undrained flush behind, only a window of a few instructions between two
+ * persists that no random stop finds.  So with POWERCUT_RING_STOP=claim
+ * every drain that changes the image's header checks what the image now
+ * claims: if its state is IN_USE and tail < head, the ring holds WAL
+ * [tail, head) -- WAL that a restore writes back over pg_wal's -- and every
+ * WAL page that begins there must carry its own address in its page
+ * header (xlp_pageaddr; not xlp_magic, which differs per major version).
+ * A page that does not (a page of an older lap, or one never copied)
+ * makes the process stop right after the drain, with the image in exactly
+ * that state; the harness kills and cuts, and the restart shows what a
+ * power cut there does.  An IN_USE claim in a header of another format
+ * stops it too ("claim-unknown-format"): a claim this check cannot judge
+ * is not passed.
  *
  * Active when POWERCUT_RING names the ring file; the ring is found by the
  * address of the first call, in /proc/self/maps (pmwal maps it with its own
@@ -369,17 +372,21 @@ record_flush(uint64_t off, size_t len)
 }
 
 /*
- * Offsets in the ring file of what the claim check reads (ring_format.h:
- * the static header, then one cache line per dynamic word; and
- * XLogPageHeaderData's xlp_pageaddr).
+ * Offsets in the ring file of what the claim check reads (ring_format.h,
+ * format 2: the static header in the first line, then one cache line per
+ * dynamic word; and XLogPageHeaderData's xlp_pageaddr, at the same place
+ * in every major version, unlike xlp_magic).
  */
+#define RF_MAGIC		0		/* char[8] */
+#define RF_MAGIC_TEXT	"PMWALRNG"
+#define RF_VERSION		8		/* uint32 */
+#define RF_FORMAT		2
 #define RF_HEADER_SIZE	12		/* uint32 */
-#define RF_BLOCK_SIZE	32		/* uint32 */
-#define RF_CAPACITY		40		/* uint64 */
+#define RF_BLOCK_SIZE	28		/* uint32 */
+#define RF_CAPACITY		32		/* uint64 */
 #define RF_TAIL			64
-#define RF_LAST_END		128
-#define RF_HEAD			192
-#define RF_STATE		256
+#define RF_HEAD			128
+#define RF_STATE		192
 #define RF_IN_USE		UINT64_C(0x494e555345000002)
 #define RF_PAGEADDR		8
 
@@ -393,51 +400,82 @@ image_u64(uint64_t off)
 	return v;
 }
 
-/*
- * With the image lock held: the first WAL page in [tail's page, last_end)
- * that the image's IN_USE ring claims but does not hold, or 0.  Pages
- * before "from" were found whole by this process's previous check of the
- * same tail.
- */
-static uint64_t
-image_bad_claim(void)
+static uint32_t
+image_u32(uint64_t off)
 {
+	uint32_t	v = 0;
+
+	if (pread(image_fd, &v, sizeof(v), off) != (ssize_t) sizeof(v))
+		die("read the durable image");
+	return v;
+}
+
+/*
+ * With the image lock held: does the image's ring claim WAL it does not
+ * hold?  Returns NULL if not; else what is wrong, and in *at the first WAL
+ * page in [tail, head) that lacks its own address, or the format version
+ * of a ring this check cannot read (a claim it cannot judge is reported,
+ * not passed over).  Pages before "checked_to" were found whole by this
+ * process's previous check of the same tail: a page's place in the ring is
+ * written again only with that page, or with the page a capacity later,
+ * which the server copies only after moving the tail past the first (a
+ * build that broke that rule is not what this stop looks for).
+ */
+static const char *
+image_bad_claim(uint64_t *at)
+{
+	static pid_t checked_pid = 0;
 	static uint64_t checked_tail = 0;
 	static uint64_t checked_to = 0;
-	uint32_t	header_size = 0;
-	uint32_t	blcksz = 0;
-	uint64_t	cap = image_u64(RF_CAPACITY);
+	char		magic[8];
 	uint64_t	tail = image_u64(RF_TAIL);
-	uint64_t	last_end = image_u64(RF_LAST_END);
 	uint64_t	head = image_u64(RF_HEAD);
+	uint64_t	header_size;
+	uint64_t	blcksz;
+	uint64_t	cap;
 	uint64_t	page;
 
-	if (pread(image_fd, &header_size, 4, RF_HEADER_SIZE) != 4 ||
-		pread(image_fd, &blcksz, 4, RF_BLOCK_SIZE) != 4)
+	if (image_u64(RF_STATE) != RF_IN_USE || tail >= head)
+		return NULL;
+	if (pread(image_fd, magic, sizeof(magic), RF_MAGIC) != (ssize_t) sizeof(magic))
 		die("read the durable image");
-	if (image_u64(RF_STATE) != RF_IN_USE || tail >= head || tail >= last_end ||
-		blcksz == 0 || cap == 0)
-		return 0;
-	page = tail - tail % blcksz;
-	if (checked_tail == tail && checked_to > page)
+	header_size = image_u32(RF_HEADER_SIZE);
+	blcksz = image_u32(RF_BLOCK_SIZE);
+	cap = image_u64(RF_CAPACITY);
+	if (memcmp(magic, RF_MAGIC_TEXT, sizeof(magic)) != 0 ||
+		image_u32(RF_VERSION) != RF_FORMAT || blcksz == 0 || cap == 0)
+	{
+		*at = image_u32(RF_VERSION);
+		return "claim-unknown-format";
+	}
+	/* the pages that begin in [tail, head); tail is page-aligned */
+	page = tail + (blcksz - tail % blcksz) % blcksz;
+	if (checked_pid == getpid() && checked_tail == tail && checked_to > page)
 		page = checked_to;
-	for (; page < last_end; page += blcksz)
+	/* ends within cap / blcksz + 1 pages: two pages a capacity apart share a place */
+	for (; page < head; page += blcksz)
 	{
 		uint64_t	off = header_size + page % cap;
 
 		if (off + RF_PAGEADDR + 8 > ring_len || image_u64(off + RF_PAGEADDR) != page)
-			return page;
+		{
+			*at = page;
+			return "claim";
+		}
 	}
+	/* a forked child starts afresh: its parent's checks may be long past */
+	checked_pid = getpid();
 	checked_tail = tail;
 	checked_to = page;
-	return 0;
+	return NULL;
 }
 
 /* This process's flushes become durable: into the image, newer lines only. */
 static void
 record_drain(void)
 {
-	uint64_t	bad = 0;
+	const char *bad = NULL;
+	uint64_t	bad_at = 0;
 	bool		header = false;
 
 	if (!ring_wanted || ring_base == NULL || pending_pid != getpid() || npending == 0 ||
@@ -481,13 +519,13 @@ record_drain(void)
 	}
 	npending = 0;
 	if (stop_mode == STOP_CLAIM && header)
-		bad = image_bad_claim();
+		bad = image_bad_claim(&bad_at);
 	flock(lock_fd, LOCK_UN);
-	if (bad != 0)
+	if (bad != NULL)
 	{
 		/* once per process: the harness kills and cuts at the first */
 		stop_mode = STOP_NONE;
-		log_line("stops", "claim", bad);
+		log_line("stops", bad, bad_at);
 		raise(SIGSTOP);
 	}
 }
