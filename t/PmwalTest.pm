@@ -1060,6 +1060,31 @@ sub hold_in_write_window
 	BAIL_OUT('no commit could be held in its write window');
 }
 
+# Hold a committer inside pmwal's answer to its WAL sync (pause point
+# sync_before_publish, wal_ring.c): its WAL is written into pg_wal and
+# copied into the ring, the ring's head not yet published, PostgreSQL's
+# flush pointer not yet moved -- the last moment before anything may
+# trust that WAL.  The WAL writer and the flusher are taken off the CPU
+# first, so that neither syncs the WAL before the committer does.  The
+# committer inserts $id into $table.  Returns the background psql
+# (bg_psql) of the held commit and its pid.  The held backend holds
+# WALWriteLock: every other commit waits until it is released.
+push @EXPORT, qw(hold_in_sync);
+sub hold_in_sync
+{
+	my ($node, $table, $id, %opts) = @_;
+	my $point = $opts{point} // 'sync_before_publish';
+	stop_server_process($node, $_) for qw(walwriter flusher);
+	my $offset = -s $node->logfile;
+	pause_rearm($node, $point);
+	my $held = bg_psql($node, "SET pmwal.test_pause = '$point'",
+		"INSERT INTO $table VALUES ($id)");
+	my $pid = pause_or_exit($node, $point, $offset, $held)
+	  or BAIL_OUT("the commit of $id into $table did not stop at $point: "
+		  . ${ $held->{err} });
+	return ($held, $pid);
+}
+
 # Digest of every file in the node's pg_wal and of its ring.
 sub wal_fingerprint
 {
