@@ -240,7 +240,8 @@ pmwal_shmem_startup_hook(void)
 
 /*
  * Why WAL syncs are not answered from the ring right now, or NULL if they
- * are (or will be, from the next WAL write on).
+ * are (or will be, from the next WAL write on: a ring retired for a write
+ * it could not take is anchored again at the next one).
  */
 const char *
 pmwal_not_accelerated_reason(void)
@@ -257,9 +258,6 @@ pmwal_not_accelerated_reason(void)
 	if (pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN ||
 		pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN_DSYNC)
 		return "wal_sync_method is open_sync or open_datasync: PostgreSQL writes WAL with O_SYNC or O_DSYNC and never syncs it";
-	if (pg_atomic_read_u32(&pmwal_shared->anchored) == 0 &&
-		pmwal_shared->pass_reason != NULL)
-		return pmwal_shared->pass_reason;
 	return NULL;
 }
 

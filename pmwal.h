@@ -163,7 +163,6 @@ typedef struct PmwalShared
 	TimeLineID	tli;
 	XLogSegNo	dir_synced_segno;	/* pg_wal/ fsynced since it held this
 									 * (under sync_lock) */
-	const char *pass_reason;	/* why the last write was not copied */
 
 	pid_t		flusher_pid;
 	Latch	   *flusher_latch;

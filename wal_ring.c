@@ -201,14 +201,13 @@ ring_free_up_to(XLogRecPtr durable)
 
 /*
  * Stop answering syncs from the ring: sync everything for real, empty and
- * unanchor it.  "why" is what pmwal_status shows as the reason.
+ * unanchor it; "why" goes to the log.
  */
 static void
 retire_ring(const char *why, bool log)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
 
-	pmwal_shared->pass_reason = why;
 	if (!anchored())
 		return;
 	SYNC_LOCK();
@@ -296,7 +295,6 @@ anchor(TimeLineID tli, XLogRecPtr start)
 	move_empty(start);
 	persist_word(&hdr->state.v, RING_STATE_IN_USE);
 	pmwal_shared->copied_end = start;
-	pmwal_shared->pass_reason = NULL;
 	pg_atomic_write_u32(&pmwal_shared->anchored, 1);
 	pmwal_count(CTR_ANCHORS, 1);
 	ereport(LOG,

@@ -5,9 +5,10 @@
 #   C  ceiling: synchronous_commit = off, pmwal.enabled = off (no durability wait)
 # Configurations are interleaved round by round (A B C A B C ...) so that
 # drift of the machine hits all three alike.  Each cell reports TPS, average
-# and p99 latency, and WAL fsyncs: pg_stat_wal's wal_sync (pg_stat_io's on
-# 18) plus the fdatasync/fsync calls pmwal's flusher and fallbacks made
-# (pmwal_status).
+# and p99 latency, and real WAL fsyncs: pg_stat_wal's wal_sync (pg_stat_io's
+# on 18) counts PostgreSQL's sync calls, of which pmwal answers ring_syncs
+# from the ring; the fdatasync/fsync calls pmwal itself made on pg_wal
+# (flusher, full ring, pg_control writes) are added (pmwal_status).
 # Writes results.csv, summary.md (medians, ratios B/A and B/C) and tps.png
 # to the output dir.
 #
@@ -117,7 +118,7 @@ configure() {
 		C) sc=off; en=off ;;
 	esac
 	psql -qX -c "ALTER SYSTEM SET synchronous_commit = $sc" -c "ALTER SYSTEM SET pmwal.enabled = $en" -c "SELECT pg_reload_conf()" >/dev/null
-	# wait until the flusher has anchored or drained the ring
+	# wait until the flusher has carried pmwal.enabled to every process
 	for _ in $(seq 1 100); do
 		acc=$(psql -qAtX -c "SELECT accelerated FROM pmwal_status")
 		if { [ "$en" = on ] && [ "$acc" = t ]; } || { [ "$en" = off ] && [ "$acc" = f ]; }; then
@@ -155,12 +156,12 @@ else
 	wal_io_query="SELECT wal_sync, wal_write FROM pg_stat_wal"
 fi
 
-# fsync-type calls on WAL: PostgreSQL's own plus pmwal's
+# pmwal's counters: syncs it answered from the ring, real syncs it made
 pmwal_syncs() {
-	psql -qAtX -c "SELECT segments_synced + dir_syncs FROM pmwal_status"
+	psql -qAtX -F ' ' -c "SELECT ring_syncs, segments_synced + dir_syncs FROM pmwal_status"
 }
 
-echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs" > "$out/results.csv"
+echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs,ring_syncs" > "$out/results.csv"
 for r in $(seq 1 "$rounds"); do
 	for w in $workloads; do
 		for c in $clients; do
@@ -175,7 +176,7 @@ for r in $(seq 1 "$rounds"); do
 					script=()
 				fi
 				psql -qX -c "CHECKPOINT" -c "SELECT pg_stat_reset_shared('$wal_stats')" >/dev/null
-				pm_before=$(pmwal_syncs)
+				read -r ring_before pm_before < <(pmwal_syncs)
 				rm -rf "$out/txlog" && mkdir "$out/txlog"
 				threads=$(( c < 2 ? 1 : 2 ))
 				pin=$(pin_for "$c")
@@ -187,9 +188,12 @@ for r in $(seq 1 "$rounds"); do
 				p99=$(cat "$out"/txlog/pgbench_log.* | awk '{print $3}' | sort -n |
 					awk '{v[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; printf "%.3f", v[i]/1000}')
 				read -r pgsyncs writes < <(psql -qAtX -F ' ' -c "$wal_io_query")
-				pmsyncs=$(( $(pmwal_syncs) - pm_before ))
-				syncs=$(( pgsyncs + pmsyncs ))
-				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs" >> "$out/results.csv"
+				read -r ring_after pm_after < <(pmwal_syncs)
+				pmsyncs=$(( pm_after - pm_before ))
+				ringsyncs=$(( ring_after - ring_before ))
+				# real fsyncs: PostgreSQL's calls the ring did not answer, and pmwal's own
+				syncs=$(( pgsyncs - ringsyncs + pmsyncs ))
+				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs,$ringsyncs" >> "$out/results.csv"
 				printf "round %s %-6s clients %-3s %s: tps %9.1f  avg %6.3f ms  p99 %7.3f ms  wal fsyncs %s\n" \
 					"$r" "$w" "$c" "$cfg" "$tps" "$lat" "$p99" "$syncs"
 			done

@@ -628,8 +628,8 @@ sub acked_check
 # $opts{libdir}: another build of pmwal.so (build_mutant).  Returns a
 # hash: acked, missing (undef when the restart was refused), restarted,
 # stopped (a stop happened), why (the FATAL or PANIC of a refused
-# restart), cut, retires (how often the ring retired under the load, from
-# the server log: each is followed by an anchor if the load went on).
+# restart), cut, retires and anchors (how often the ring retired and was
+# anchored, the first write's anchor included, from the server log).
 push @EXPORT, qw(ring_probe build_mutant);
 
 sub ring_probe
@@ -649,11 +649,11 @@ sub ring_probe
 		  . 'CREATE TABLE filler (id int, v text)');
 	$node->stop;
 	$node->{ring_cut} = $opts{ring_cut} // 'durable';
+	my $run_from = -s $node->logfile;
 	{
 		local $ENV{POWERCUT_RING_STOP} = $stop eq 'none' ? '' : $stop;
 		powercut_start($node);
 	}
-	my $load_from = -s $node->logfile;
 	my $load = acked_load_start($node, tag => $name, big => $opts{big} // 20,
 		big_rows => $opts{big_rows} // 20000);
 	my $ring = $node->{pmwal_ring};
@@ -673,9 +673,10 @@ sub ring_probe
 	my $cut = powercut($node);
 	acked_load_finish($load);
 	my $offset = -s $node->logfile;
-	my @retires = slurp_file($node->logfile, $load_from) =~ /pmwal gave up its ring/g;
+	my $run_log = slurp_file($node->logfile, $run_from);
 	my %r = (stopped => $stopped, cut => $cut, acked => $load->{total}, node => $node,
-		retires => scalar @retires);
+		retires => scalar(() = $run_log =~ /pmwal gave up its ring/g),
+		anchors => scalar(() = $run_log =~ /pmwal ring .* anchored at/g));
 	$r{restarted} = $node->start(fail_ok => 1);
 	if ($r{restarted})
 	{

@@ -45,11 +45,13 @@ install_packages() {
 	fi
 }
 
+# The build for pmwal's tests: -Werror, and PMWAL_TEST=1, which compiles
+# in the test-only pause points (test_pause.c) that release builds lack.
 build_and_install() {
-	echo "== building pmwal for $("$PG_CONFIG" --version) with -Wall -Wextra -Werror"
+	echo "== building pmwal for $("$PG_CONFIG" --version) with -Wall -Wextra -Werror, test pause points on"
 	make -s clean PG_CONFIG="$PG_CONFIG"
-	make -s PG_CONFIG="$PG_CONFIG" PG_CFLAGS="-Wall -Wextra -Werror"
-	make -s PG_CONFIG="$PG_CONFIG" install
+	make -s PG_CONFIG="$PG_CONFIG" PMWAL_TEST=1 PG_CFLAGS="-Wall -Wextra -Werror"
+	make -s PG_CONFIG="$PG_CONFIG" PMWAL_TEST=1 install
 }
 
 # The user that owns the checkout while tests write into it: the user who
