@@ -36,10 +36,10 @@ use Test::More;
 for my $mode ('durable', 'random')
 {
 	my $r = ring_probe("claims_$mode", stop => 'claim', ring_cut => $mode);
-	diag("a_$mode: $r->{acked} acknowledged, $r->{retires} retires, stop: "
+	diag("a_$mode: $r->{acked} acknowledged, $r->{retires} retires, $r->{anchors} anchors, stop: "
 		  . ($r->{stopped} ? 'yes' : 'no') . ", $r->{cut}{ring_summary}");
 	cmp_ok($r->{acked}, '>=', 300, "a_$mode: at least 300 commits were acknowledged");
-	cmp_ok($r->{retires}, '>', 0, "a_$mode: the ring retired under the load and was anchored again");
+	cmp_ok($r->{anchors}, '>', 1, "a_$mode: the ring retired under the load and was anchored again");
 	ok(!$r->{stopped}, "a_$mode: no drain left the durable ring claiming WAL it does not hold")
 	  or diag(slurp_file("$r->{node}{pmwal_ring}.stops"));
 	ok($r->{restarted}, "a_$mode: the node restarts after the cut") or diag($r->{why} // '');
