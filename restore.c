@@ -24,9 +24,12 @@
  *	- every record pg_wal itself can read there must be byte for byte the
  *	  record the ring has at that place: pg_wal may hold less than the
  *	  ring (a power cut took it), never something else;
- *	- after the last record that reads cleanly, the ring may hold only the
- *	  pages of one record that continues past its head (never flushed, so
- *	  never acknowledged); a page that begins anything else is damage.
+ *	- the WAL must read cleanly into the ring's last page (only there may a
+ *	  record be cut short: the server writes the whole page holding the end
+ *	  of what it flushes, with insertions after that end still under way),
+ *	  or end in one record that continues past the head (never flushed, so
+ *	  never acknowledged), all of whose pages the ring holds; anything else
+ *	  is damage.
  *
  * Then [tail, head) is written into the segment files (created and
  * zero-filled when missing), each fdatasynced, every segment from the redo
@@ -137,13 +140,27 @@ refuse(const char *what, const char *detail)
 }
 
 /*
- * The pages of the ring after "end", the end of the last record that read
- * cleanly, up to the head: all must continue one record past the head.
- * Returns NULL or what is wrong.
+ * Reading the ring's WAL stopped at "end" (the end of the last record that
+ * read cleanly), before its last page.  Everything the server wrote before
+ * the page of the record it was flushing had been inserted completely, so
+ * a record beginning there must read cleanly -- unless it was never
+ * completely written: one that goes on past the head, whose pages in the
+ * ring are all its continuation.  Returns NULL or what is wrong.
  */
 static char *
 check_ring_after(XLogRecPtr end, XLogRecPtr tail, XLogRecPtr head, TimeLineID tli)
 {
+	XLogRecPtr	rec = end;
+	uint32		tot_len;
+
+	if (rec % XLOG_BLCKSZ == 0)
+		rec += rec % wal_segment_size == 0 ? SizeOfXLogLongPHD : SizeOfXLogShortPHD;
+	/* xl_tot_len comes first; records are MAXALIGNed, so it never spans pages */
+	memcpy(&tot_len, pmwal_ring->data + RING_OFFSET(pmwal_ring->capacity, rec),
+		   sizeof(tot_len));
+	if (tot_len < SizeOfXLogRecord || rec + tot_len <= head)
+		return psprintf("the record at %X/%X, which the ring holds whole (%u bytes), does not read cleanly",
+						LSN_FORMAT_ARGS(rec), tot_len);
 	for (XLogRecPtr page = Max(RING_PAGE(end) + XLOG_BLCKSZ, tail); page < head; page += XLOG_BLCKSZ)
 	{
 		XLogPageHeader ph = (XLogPageHeader)
@@ -229,7 +246,8 @@ verify_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr head, TimeL
 			   psprintf("From the checkpoint at %X/%X, WAL reads only to %X/%X, before the ring begins at %X/%X: %s.",
 						LSN_FORMAT_ARGS(ckpt), LSN_FORMAT_ARGS(end), LSN_FORMAT_ARGS(tail),
 						merr ? merr : "end of WAL"));
-	if (end < head && (wrong = check_ring_after(end, tail, head, tli)) != NULL)
+	if (end < RING_PAGE(head - 1) &&
+		(wrong = check_ring_after(end, tail, head, tli)) != NULL)
 		refuse("holds damaged WAL",
 			   psprintf("Reading the ring's WAL (%X/%X to %X/%X) stopped at %X/%X (%s), and %s.",
 						LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), LSN_FORMAT_ARGS(end),

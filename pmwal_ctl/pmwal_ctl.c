@@ -94,7 +94,8 @@
  */
 #define EXIT_OK				0	/* usable, verified, or done */
 #define EXIT_ERROR			1	/* usage, a file that cannot be used, a refusal */
-#define EXIT_UNUSABLE		2	/* a start would refuse the ring or its WAL */
+#define EXIT_UNUSABLE		2	/* a start would refuse the ring (its header;
+								 * verify: or its WAL) */
 #define EXIT_UNCHECKED		3	/* verify could not read the records */
 
 /* the label column of the reports */
@@ -172,8 +173,8 @@ usage(void)
 	printf("  %d  success: the ring is usable (inspect), its WAL verified (verify), or the command done\n", EXIT_OK);
 	printf("  %d  error: bad usage, a file that cannot be opened or used, a server using the ring or\n", EXIT_ERROR);
 	printf("     the data directory, a refusal of init or unbind without --force\n");
-	printf("  %d  the ring is not usable or its WAL is damaged: a start would refuse it (inspect,\n", EXIT_UNUSABLE);
-	printf("     verify, dump)\n");
+	printf("  %d  the ring is not usable or its WAL is damaged: a start would refuse it (inspect and\n", EXIT_UNUSABLE);
+	printf("     dump: its header; verify: its header, page headers and records)\n");
 	printf("  %d  verify could not check the records (no usable pg_waldump): nothing is known to be wrong\n", EXIT_UNCHECKED);
 }
 
@@ -202,7 +203,8 @@ file_type_name(mode_t mode)
  * (O_PATH, which neither follows a link nor blocks on a FIFO), refuse a
  * symbolic link and anything but a regular file or a character device,
  * then open that very file.  Returns the descriptor, or -1 with "why"
- * filled in (and *missing set when the path does not exist).
+ * filled in (and *missing set when the path does not exist); *st holds
+ * what the path named, or zeros if even that is unknown.
  */
 static int
 try_open_ring(const char *path, int flags, struct stat *st, bool *missing,
@@ -213,6 +215,7 @@ try_open_ring(const char *path, int flags, struct stat *st, bool *missing,
 	int			fd;
 
 	*missing = false;
+	memset(st, 0, sizeof(struct stat));
 	pfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (pfd < 0)
 	{
@@ -652,7 +655,8 @@ print_restore(const RingHeader *hdr, ControlFileData *control, const char *datad
 	if (bstate != BIND_VALID)
 	{
 		printf(LABEL "REFUSED: the ring holds WAL of another data directory: this one's binding is %s\n",
-			   label, bstate == BIND_ABSENT ? "absent" : "not readable");
+			   label, bstate == BIND_ABSENT ? "absent" :
+			   bstate == BIND_DAMAGED ? "damaged" : "not readable");
 		return;
 	}
 	if (slot->system_identifier != control->system_identifier)
@@ -732,7 +736,8 @@ cmd_inspect(Ring *ring, ControlFileData *control, const char *datadir)
 			printf(LABEL "none: \"%s\" is absent; the data directory is not bound to a ring\n",
 				   "binding:", bpath);
 		else if (bstate != BIND_VALID)
-			printf(LABEL "DAMAGED: \"%s\": %s\n", "binding:", bpath, why);
+			printf(LABEL "%s: \"%s\": %s\n", "binding:",
+				   bstate == BIND_DAMAGED ? "DAMAGED" : "NOT READABLE", bpath, why);
 		else
 		{
 			char	   *mismatch = NULL;
@@ -1025,6 +1030,22 @@ record_continues_past_head(const Ring *ring, XLogRecPtr rec)
 	return true;
 }
 
+/*
+ * Where the record after one that ends at "end" begins: at the next 8-byte
+ * boundary, after the page header if that is a page's start.
+ */
+static XLogRecPtr
+next_record_start(XLogRecPtr end, uint32 segsize)
+{
+	XLogRecPtr	next = MAXALIGN64(end);
+
+	if (next % segsize == 0)
+		return next + SizeOfXLogLongPHD;
+	if (next % XLOG_BLCKSZ == 0)
+		return next + SizeOfXLogShortPHD;
+	return next;
+}
+
 /* The command that reads [first, head) of a dump in "dir" with pg_waldump. */
 static char *
 waldump_command(const char *waldump, const char *dir, const RingHeader *hdr, XLogRecPtr first)
@@ -1217,7 +1238,8 @@ typedef struct WaldumpRun
 	bool		ran;			/* it ran and exited */
 	int			exit_code;
 	uint64		nrecords;
-	XLogRecPtr	end;			/* end of the last record it read */
+	XLogRecPtr	end;			/* where the record after the last one it read
+								 * begins: where reading stopped */
 	char	   *error;			/* its "pg_waldump: ..." lines, if any */
 	bool		skipped;		/* "first record is after" the start */
 } WaldumpRun;
@@ -1267,10 +1289,14 @@ run_waldump(const char *waldump, const char *dir, const RingHeader *hdr,
 				 sscanf(lsn + 7, "%X/%X", &hi, &lo) == 2)
 		{
 			run->nrecords++;
-			run->end = (((uint64) hi << 32) | lo) + tot;
+			run->end = next_record_start((((uint64) hi << 32) | lo) + tot,
+										 hdr->st.s.wal_segment_size);
 		}
 	}
 	free(line);
+	/* one message, for a line of the report */
+	if (run->error[0] != '\0' && run->error[strlen(run->error) - 1] == '\n')
+		run->error[strlen(run->error) - 1] = '\0';
 	status = reap(f, pid);
 	run->ran = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) != 127;
 	run->exit_code = run->ran ? WEXITSTATUS(status) : -1;
@@ -1311,8 +1337,9 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 		printf(LABEL "DAMAGED: %s; a start would refuse to restore it\n", "WAL:", wrong);
 		return EXIT_UNUSABLE;
 	}
-	printf(LABEL UINT64_FORMAT " pages from %X/%X to %X/%X, every page header valid\n", "pages:",
+	printf(LABEL UINT64_FORMAT " page%s from %X/%X to %X/%X, every page header valid\n", "pages:",
 		   (hdr->head.v - hdr->tail.v) / XLOG_BLCKSZ,
+		   hdr->head.v - hdr->tail.v == XLOG_BLCKSZ ? "" : "s",
 		   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v));
 	if (first >= hdr->head.v)
 	{
@@ -1349,7 +1376,7 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 	{
 		/* it failed for a reason of its own, not over the WAL */
 		printf(LABEL "NOT CHECKED: %s failed: %s; nothing is known to be wrong with the records\n",
-			   "WAL:", waldump, run.error[0] ? run.error : "(no message)\n");
+			   "WAL:", waldump, run.error[0] ? run.error : "(no message)");
 		return EXIT_UNCHECKED;
 	}
 	if (run.skipped)
@@ -1362,9 +1389,9 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 		printf(LABEL "ok: %X/%X to %X/%X: " UINT64_FORMAT " records from %X/%X read cleanly to the head%s\n",
 			   "WAL:", LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 			   run.nrecords, LSN_FORMAT_ARGS(first),
-			   run.end < hdr->head.v ? ", where the last one continues past it" : "");
+			   run.end < hdr->head.v ? ", and the record after them continues past it" : "");
 	else if (run.end >= last_page)
-		printf(LABEL "ok: %X/%X to %X/%X: " UINT64_FORMAT " records from %X/%X read cleanly to %X/%X, in the last page, where the WAL ends\n",
+		printf(LABEL "ok: %X/%X to %X/%X: " UINT64_FORMAT " records from %X/%X read cleanly up to %X/%X, in the last page, where the WAL ends\n",
 			   "WAL:", LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 			   run.nrecords, LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(run.end));
 	else if (run.nrecords == 0 && record_continues_past_head(ring, first))
@@ -1373,10 +1400,10 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 			   LSN_FORMAT_ARGS(first));
 	else
 	{
-		printf(LABEL "DAMAGED: reading from %X/%X stopped at %X/%X, before the last page at %X/%X; a start would refuse to restore it\n",
+		printf(LABEL "DAMAGED: reading from %X/%X stopped at the record at %X/%X, before the last page at %X/%X; a start would refuse to restore it\n",
 			   "WAL:", LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(run.end),
 			   LSN_FORMAT_ARGS(last_page));
-		printf(LABEL "%s", "pg_waldump says:", run.error);
+		printf(LABEL "%s\n", "pg_waldump says:", run.error);
 		return EXIT_UNUSABLE;
 	}
 	return EXIT_OK;
@@ -1635,7 +1662,12 @@ cmd_init(const char *path, ControlFileData *control, uint64 size, bool force)
 	/* open it: create a missing file exclusively, never follow a link */
 	ring.fd = try_open_ring(path, O_RDWR, &ring.st, &missing, why, sizeof(why));
 	if (ring.fd < 0 && !missing)
+	{
+		/* another user's file: say so, rather than "permission denied" */
+		if (S_ISREG(ring.st.st_mode) || S_ISCHR(ring.st.st_mode))
+			check_ring_owner(path, &ring.st);
 		open_failed(path, &ring.st, why);
+	}
 	if (ring.fd < 0)
 	{
 		if (size == 0)
@@ -1699,11 +1731,14 @@ cmd_init(const char *path, ControlFileData *control, uint64 size, bool force)
 		else
 		{
 			/* other data may begin anywhere: only every byte zero proves it empty */
-			if (!force)
+			nonzero = first_nonzero(page.data, Min(ring.len, (uint64) RING_HEADER_SIZE));
+			if (nonzero < 0 && ring.len > RING_HEADER_SIZE)
+			{
 				printf("reading all of \"%s\" (" UINT64_FORMAT " bytes) to prove it empty\n", path, ring.len);
-			fflush(stdout);
-			nonzero = S_ISCHR(ring.st.st_mode) ? first_nonzero(ring.base, ring.len) :
-				file_first_nonzero(ring.fd, path, ring.len);
+				fflush(stdout);
+				nonzero = S_ISCHR(ring.st.st_mode) ? first_nonzero(ring.base, ring.len) :
+					file_first_nonzero(ring.fd, path, ring.len);
+			}
 			if (nonzero < 0)
 				what = S_ISCHR(ring.st.st_mode) ? "a devdax device, all zero" : "all zero";
 			else if (!force)
