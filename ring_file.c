@@ -54,7 +54,7 @@
 PmwalRing  *pmwal_ring = NULL;
 static PmwalRing ring_storage;
 
-static const char *ring_hint = "See \"Refusals at start-up\" in pmwal's README; \"pmwal_ctl inspect\" shows what the ring holds.";
+static const char *ring_hint = "See docs/failures.md in pmwal's documentation; \"pmwal_ctl inspect\" shows what the ring holds.";
 
 const char *
 pmwal_mode_name(PmwalMode mode)
