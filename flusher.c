@@ -135,7 +135,7 @@ pmwal_flusher_main(Datum main_arg)
 
 		if (sync_due(last_sync))
 		{
-			ring_make_durable(false);
+			ring_make_durable();
 			PMWAL_PAUSE_POINT("flusher_after_free");
 			pmwal_generation_bump();
 			last_sync = GetCurrentTimestamp();

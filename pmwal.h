@@ -157,10 +157,13 @@ typedef struct PmwalShared
 	pg_atomic_uint32 anchored;
 	pg_atomic_uint64 durable_lsn;
 	pg_atomic_uint64 written_end;
+	pg_atomic_uint64 writes_done;	/* WAL writes that returned */
 
 	/* under ring_lock */
 	XLogRecPtr	copied_end pg_attribute_aligned(PG_CACHE_LINE_SIZE);
 	TimeLineID	tli;
+	uint64		synced_writes;	/* writes_done covered by the last real sync
+								 * (under sync_lock) */
 	XLogSegNo	dir_synced_segno;	/* pg_wal/ fsynced since it held this
 									 * (under sync_lock) */
 
@@ -210,7 +213,7 @@ extern ssize_t ring_on_wal_pwrite(int fd, const WalFd *wfd, const void *buf,
 extern void ring_on_wal_other_write(const WalFd *wfd);
 extern int	ring_on_wal_sync(int fd, const WalFd *wfd, bool datasync);
 extern void ring_on_control_write(const void *buf, size_t len);
-extern void ring_make_durable(bool empty);
+extern void ring_make_durable(void);
 extern void ring_free_up_to(XLogRecPtr durable);
 
 /* wal_sync.c */

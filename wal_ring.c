@@ -29,12 +29,19 @@
  * ring (CTR_FULL).
  *
  * Before pg_control is written (a checkpoint, a state change), everything
- * written so far is synced for real and the ring emptied.  So pg_control
- * never names WAL that only the ring holds, the ring never holds WAL older
- * than the checkpoint pg_control names (which bounds a stale ring,
- * binding.c), never reaches into a segment a checkpoint may remove, and a
- * cluster that pg_control says was shut down cleanly owns nothing in any
- * ring.
+ * written so far is synced for real and the ring given up but for the
+ * page the next write may rewrite (its synced version is durable too).
+ * So pg_control never names WAL that only the ring holds, the ring never
+ * holds WAL older than the checkpoint pg_control names (which bounds a
+ * stale ring, binding.c), never reaches into a segment a checkpoint may
+ * remove, and -- the shutdown checkpoint's last write retires the ring --
+ * a cluster that pg_control says was shut down cleanly owns nothing in
+ * any ring.
+ *
+ * PostgreSQL rewrites its last, partial WAL page at the next write, so
+ * "synced up to durable_lsn" does not cover a page rewritten since: a real
+ * sync starts at the segment of the byte before durable_lsn and is skipped
+ * only when nothing was written since the last one (writes_done).
  *
  * In recovery (crash recovery, a standby, a promotion's end) nothing is
  * copied: the walreceiver and the startup process write and sync WAL as
@@ -164,10 +171,12 @@ empty_ring(void)
 
 /*
  * Sync everything written so far for real; then, if the ring is anchored,
- * empty it ("empty") or give up all but the page the next write rewrites.
+ * give up all of it but the page the next write may rewrite (PostgreSQL
+ * rewrites its last, partial WAL page: a write that came meanwhile may
+ * have done so after the sync).
  */
 void
-ring_make_durable(bool empty)
+ring_make_durable(void)
 {
 	XLogRecPtr	upto;
 
@@ -178,9 +187,7 @@ ring_make_durable(bool empty)
 	RING_LOCK();
 	if (anchored())
 	{
-		if (empty)
-			empty_ring();
-		else if (upto > 0)
+		if (upto > 0)
 			free_to(RING_PAGE(upto - 1));
 	}
 	RING_UNLOCK();
@@ -266,6 +273,7 @@ static void
 note_written(XLogRecPtr end)
 {
 	pmwal_advance(&pmwal_shared->written_end, end);
+	pg_atomic_fetch_add_u64(&pmwal_shared->writes_done, 1);
 }
 
 /* Is this write one the ring may take?  Sets *why if not. */
@@ -292,6 +300,8 @@ anchor(TimeLineID tli, XLogRecPtr start)
 	Assert(!anchored() && !ring_holds_wal(hdr));
 	if (hdr->timeline.v != tli)
 		persist_word(&hdr->timeline.v, tli);
+	if (PMWAL_MUTANT == MUTANT_TAIL_ORDER)
+		persist_word(&hdr->state.v, RING_STATE_IN_USE);
 	move_empty(start);
 	persist_word(&hdr->state.v, RING_STATE_IN_USE);
 	pmwal_shared->copied_end = start;
@@ -336,7 +346,8 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 		}
 		if (!anchored())
 		{
-			if (durable < written)
+			if (durable < written ||
+				pg_atomic_read_u64(&pmwal_shared->writes_done) != pmwal_shared->synced_writes)
 				need_sync = true;	/* what was written meanwhile, first */
 			else
 			{
@@ -370,7 +381,7 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 		{
 			/* full: sync what was written before this write, and free it */
 			pmwal_count(CTR_FULL, 1);
-			ring_make_durable(false);
+			ring_make_durable();
 			RING_LOCK();
 			if (anchored() && end - Min(hdr->tail.v, start) > cap)
 			{
@@ -496,9 +507,10 @@ ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
 
 /*
  * pg_control is about to be written ("buf": the ControlFileData written, if
- * known): sync everything written so far for real and empty the ring (see
- * the file header).  At the shutdown checkpoint's last write, the ring is
- * also unanchored and marked empty: nothing is written after it.
+ * known): sync everything written so far for real and give up the ring's
+ * WAL (see the file header).  At the shutdown checkpoint's last write, the
+ * ring is retired: emptied, unanchored and marked empty; nothing is
+ * written after it.
  */
 void
 ring_on_control_write(const void *buf, size_t len)
@@ -521,7 +533,7 @@ ring_on_control_write(const void *buf, size_t len)
 				(errmsg("pmwal synced pg_wal at the shutdown checkpoint; the ring is empty")));
 	}
 	else
-		ring_make_durable(true);
+		ring_make_durable();
 	pmwal_count(CTR_CONTROL_SYNCS, 1);
 	PMWAL_PAUSE_POINT("control_after_sync");
 }

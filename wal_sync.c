@@ -112,14 +112,17 @@ void
 pmwal_sync_range(XLogRecPtr upto)
 {
 	XLogRecPtr	durable = pg_atomic_read_u64(&pmwal_shared->durable_lsn);
+	uint64		writes = pg_atomic_read_u64(&pmwal_shared->writes_done);
 	TimeLineID	tli = pmwal_shared->tli;
 	XLogSegNo	first;
 	XLogSegNo	last;
 
 	Assert(LWLockHeldByMe(pmwal_shared->sync_lock));
-	if (upto <= durable)
+	if (upto <= durable && writes == pmwal_shared->synced_writes)
 		return;
-	XLByteToSeg(durable, first, wal_segment_size);
+	upto = Max(upto, durable);
+	/* PostgreSQL rewrites its last, partial page: the one before durable_lsn */
+	XLByteToSeg(durable > 0 ? durable - 1 : 0, first, wal_segment_size);
 	XLByteToSeg(upto - 1, last, wal_segment_size);
 	for (XLogSegNo segno = first; segno <= last; segno++)
 		sync_segment(segno, tli);
@@ -130,5 +133,6 @@ pmwal_sync_range(XLogRecPtr upto)
 		pmwal_count(CTR_DIR_SYNCS, 1);
 	}
 	pg_atomic_write_u64(&pmwal_shared->durable_lsn, upto);
+	pmwal_shared->synced_writes = writes;
 	pmwal_count(CTR_SYNC_ROUNDS, 1);
 }

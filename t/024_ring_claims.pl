@@ -8,9 +8,9 @@
 # that durable image claiming a WAL page it does not hold: state IN_USE,
 # tail < head, and a page beginning in [tail, head) without its own
 # address in its header.  An order bug between two stores that are each
-# persisted -- an empty ring moved up that stores its head before its
-# tail, so that for an instant it claims [old tail, new head), which it
-# never copied -- leaves nothing undrained behind and lasts a few
+# persisted -- an empty IN_USE ring moved up that stores its head before
+# its tail, so that for an instant it claims [old tail, new head), which
+# it never copied -- leaves nothing undrained behind and lasts a few
 # instructions: only such a stop finds it.
 #
 # The probe (PmwalTest's ring_probe): a 2 MB ring under committing load in
@@ -20,9 +20,10 @@
 # moved up); the claim stop, then kill, the pg_wal cut and the ring cut to
 # the durable image.
 #	(a) pmwal: no claim stop ever, and every acknowledged commit there
-#	(b) negative control: the same build with an empty ring moved up head
-#	    first (-DPMWAL_MUTANT=4, tail_order, built here): the probe stops
-#	    it at a claim, and the restart refuses the ring or loses commits
+#	(b) negative control: the same build with an anchor that moves the
+#	    empty ring up head first while it is IN_USE (-DPMWAL_MUTANT=4,
+#	    tail_order, built here): the probe stops it at a claim, and the
+#	    restart refuses the ring or loses commits
 # tools/powercut/mutants runs the full table (every mutant, stop and mode).
 use strict;
 use warnings;

@@ -650,18 +650,25 @@ sub ring_probe
 	$node->stop;
 	$node->{ring_cut} = $opts{ring_cut} // 'durable';
 	my $run_from = -s $node->logfile;
+	my $ring = $node->{pmwal_ring};
 	{
+		# the stops are armed once the server is up: a stop in the
+		# postmaster's own header stores at the start (binding the ring;
+		# a mutant gets those wrong too) would hold the start forever
 		local $ENV{POWERCUT_RING_STOP} = $stop eq 'none' ? '' : $stop;
+		local $ENV{POWERCUT_RING_ARM} = "$ring.arm";
+		unlink "$ring.arm";
 		powercut_start($node);
+		PostgreSQL::Test::Utils::append_to_file("$ring.arm", '');
 	}
 	my $load = acked_load_start($node, tag => $name, big => $opts{big} // 20,
 		big_rows => $opts{big_rows} // 20000);
-	my $ring = $node->{pmwal_ring};
 	my $stopped = 0;
 	my $deadline = Time::HiRes::time() + ($stop eq 'none' ? 1 + rand(2) : $opts{wait} // 8);
 	while (Time::HiRes::time() < $deadline)
 	{
-		if (-s "$ring.stops" || ($stop eq 'hazard' && -s "$ring.hazards"))
+		# every stop is logged there (hazards are logged before the arming too)
+		if (-s "$ring.stops")
 		{
 			$stopped = 1;
 			# the others run on a moment: their commits are acknowledged
@@ -671,6 +678,7 @@ sub ring_probe
 		Time::HiRes::sleep(0.01);
 	}
 	my $cut = powercut($node);
+	unlink "$ring.arm";
 	acked_load_finish($load);
 	my $offset = -s $node->logfile;
 	my $run_log = slurp_file($node->logfile, $run_from);

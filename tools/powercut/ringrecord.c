@@ -32,25 +32,30 @@
  * process then stops itself (SIGSTOP) before that flush, freezing that
  * crash state for the harness to kill and cut; with random:P it stops at
  * any libpmem call with probability P; with claim right after a drain
- * that left the image claiming WAL it does not hold (below) -- both logged
- * in RING.stops.
+ * that left the image claiming WAL it does not hold (below) -- every stop
+ * logged in RING.stops.  With POWERCUT_RING_ARM=file, no process stops
+ * before that file exists (the harness creates it once the server is up).
  *
  * Claims: the one stop that knows pmwal's ring format (ring_format.h,
  * format 2).  An ordering bug between two stores that are each persisted
- * (an empty ring moved up that stores its head before its tail) leaves no
- * undrained flush behind, only a window of a few instructions between two
- * persists that no random stop finds.  So with POWERCUT_RING_STOP=claim
- * every drain that changes the image's header checks what the image now
- * claims: if its state is IN_USE and tail < head, the ring holds WAL
- * [tail, head) -- WAL that a restore writes back over pg_wal's -- and every
- * WAL page that begins there must carry its own address in its page
- * header (xlp_pageaddr; not xlp_magic, which differs per major version).
- * A page that does not (a page of an older lap, or one never copied)
- * makes the process stop right after the drain, with the image in exactly
- * that state; the harness kills and cuts, and the restart shows what a
- * power cut there does.  An IN_USE claim in a header of another format
- * stops it too ("claim-unknown-format"): a claim this check cannot judge
- * is not passed.
+ * (an empty IN_USE ring moved up that stores its head before its tail,
+ * claiming for an instant what lies between) leaves no undrained flush
+ * behind, only a window of a few instructions between two persists that
+ * no random stop finds.  So with POWERCUT_RING_STOP=claim every drain
+ * that changes the image's header checks what the image now claims: if
+ * its state is IN_USE and tail < head, the ring holds WAL [tail, head) --
+ * WAL that a restore writes back over pg_wal's -- and every WAL page that
+ * begins there must carry its own address in its page header
+ * (xlp_pageaddr; not xlp_magic, which differs per major version).  A page
+ * that does not (a page of an older lap, or one never copied) makes the
+ * process stop right after the drain, with the image in exactly that
+ * state; the harness kills and cuts, and the restart shows what a power
+ * cut there does.  An IN_USE claim in a header of another format stops it
+ * too ("claim-unknown-format"): a claim this check cannot judge is not
+ * passed.  A drain of WAL pages alone is not checked: a copy that
+ * overwrote a claimed page of the previous lap (a ring written past its
+ * capacity) goes unseen until the next header drain, which may set the
+ * tail past it.
  *
  * Active when POWERCUT_RING names the ring file; the ring is found by the
  * address of the first call, in /proc/self/maps (pmwal maps it with its own
@@ -110,6 +115,8 @@ static enum
 	STOP_NONE, STOP_HAZARD, STOP_RANDOM, STOP_CLAIM
 }			stop_mode = STOP_NONE;
 static double stop_p = 0;
+static char arm_path[PATH_MAX];	/* POWERCUT_RING_ARM; "" if none */
+static bool armed = false;
 static unsigned int rng_state = 0;
 static int	depth = 0;			/* libpmem may call its own exported functions */
 
@@ -161,6 +168,9 @@ ring_resolve(void)
 	}
 	else if (s != NULL && strcmp(s, "claim") == 0)
 		stop_mode = STOP_CLAIM;
+	s = getenv("POWERCUT_RING_ARM");
+	if (s != NULL && strlen(s) < sizeof(arm_path))
+		strcpy(arm_path, s);
 	ring_resolved = true;
 }
 
@@ -315,6 +325,21 @@ log_line(const char *suffix, const char *what, uint64_t off)
 	close(fd);
 }
 
+/*
+ * May a process stop now?  Not before the file POWERCUT_RING_ARM names
+ * exists, if it names one: the harness arms the stops once the server is
+ * up, so that a stop in the postmaster's own header stores at the start
+ * (binding the ring) does not hold the start forever, and the stops fall
+ * where the load is.  Asked only when a stop is due, and remembered.
+ */
+static bool
+stops_armed(void)
+{
+	if (!armed && (arm_path[0] == '\0' || access(arm_path, F_OK) == 0))
+		armed = true;
+	return armed;
+}
+
 /* A libpmem call on the ring begins: maybe stop here (random stops). */
 static void
 call_boundary(const char *what, uint64_t off)
@@ -323,7 +348,7 @@ call_boundary(const char *what, uint64_t off)
 		return;
 	if (rng_state == 0)
 		rng_state = (unsigned int) (getpid() ^ now_ns());
-	if ((double) rand_r(&rng_state) / RAND_MAX < stop_p)
+	if ((double) rand_r(&rng_state) / RAND_MAX < stop_p && stops_armed())
 	{
 		log_line("stops", what, off);
 		raise(SIGSTOP);
@@ -351,8 +376,11 @@ record_flush(uint64_t off, size_t len)
 	if (lo < HEADER_BYTES && npending > 0)
 	{
 		log_line("hazards", "header-flush-before-drain", lo);
-		if (stop_mode == STOP_HAZARD)
+		if (stop_mode == STOP_HAZARD && stops_armed())
+		{
+			log_line("stops", "hazard", lo);
 			raise(SIGSTOP);
+		}
 	}
 	if (npending == maxpending)
 	{
@@ -518,7 +546,7 @@ record_drain(void)
 		header |= p->off < HEADER_BYTES;
 	}
 	npending = 0;
-	if (stop_mode == STOP_CLAIM && header)
+	if (stop_mode == STOP_CLAIM && header && stops_armed())
 		bad = image_bad_claim(&bad_at);
 	flock(lock_fd, LOCK_UN);
 	if (bad != NULL)
