@@ -36,7 +36,12 @@ endif
 # emulated ring in /dev/shm (the configuration is written below).
 REGRESS = status guc permissions
 REGRESS_OPTS = --temp-config=./tmp_regress.conf --temp-instance=./tmp_regress
+# The TAP tests (t/) need the test build: several hold processes at its
+# pause points.  "make installcheck" of a release build (pgxn check, a
+# package's tests) runs pg_regress only; tools/test passes PMWAL_TEST=1.
+ifdef PMWAL_TEST
 TAP_TESTS = 1
+endif
 EXTRA_CLEAN = tmp_regress tmp_regress.conf
 
 PG_CONFIG ?= pg_config
@@ -53,11 +58,27 @@ tmp_regress.conf:
 	rm -f $(REGRESS_RING)
 	printf "%s\n" "shared_preload_libraries = 'pmwal'" \
 		"pmwal.path = '$(REGRESS_RING)'" "pmwal.size = 8MB" > $@
+ifdef DESTDIR
+# "make installcheck DESTDIR=..." tests what "make install DESTDIR=..." staged
+# there, not what the server's own directories hold (pg_buildext installcheck
+# during a package build, tools/dist-check): Debian's PostgreSQL looks for
+# extensions under extension_destdir first, for libraries under
+# dynamic_library_path.  Other builds of PostgreSQL lack extension_destdir.
+	printf "%s\n" "extension_destdir = '$(DESTDIR)'" \
+		"dynamic_library_path = '$(DESTDIR)$(pkglibdir):\$$libdir'" >> $@
+endif
 
-# Only the TAP tests; "make installcheck" runs pg_regress and then these.
+# Only the TAP tests; "make installcheck" runs pg_regress and then these (in
+# the test build).
 .PHONY: prove_installcheck
 prove_installcheck:
 	$(prove_installcheck)
+
+# The PGXN distribution archive, pmwal-VERSION.zip, of git's HEAD, from git
+# (tools/dist: uncommitted changes are not in it).
+.PHONY: dist
+dist:
+	tools/dist
 
 # The offline tool pmwal_ctl is a frontend program with its own makefile.
 all: pmwal_ctl
@@ -74,9 +95,14 @@ clean-pmwal_ctl:
 	$(MAKE) -C pmwal_ctl clean
 
 # The power-loss harness the TAP tests run the server under (an LD_PRELOAD
-# library, independent of PostgreSQL); built here so a build failure shows
-# at build time, not as a failing test.
+# library, independent of PostgreSQL); built with the test build so a build
+# failure shows at build time, not as a failing test.  Release builds
+# (packages, PGXN) leave it out: it is no part of pmwal, and with CFLAGS in
+# the environment (dpkg-buildpackage) it would inherit PostgreSQL's warning
+# flags under its -Werror.
+ifdef PMWAL_TEST
 all: powercut
+endif
 .PHONY: powercut clean-powercut
 powercut:
 	$(MAKE) -C tools/powercut
