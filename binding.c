@@ -46,6 +46,7 @@
 #include "postgres.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -67,8 +68,15 @@ typedef enum BindingState
 	BINDING_DAMAGED
 } BindingState;
 
-static const char *unbind_hint =
-"If that ring is lost for good, \"pmwal_ctl unbind -D <data directory>\" lets the server start without what only it held.";
+/* The way out when the bound ring is lost for good. */
+static char *
+unbind_hint_text(void)
+{
+	return psprintf("If that ring is lost for good, \"pmwal_ctl unbind -D %s\" lets the server start without what only it held; the cluster must then be treated as damaged (pages written from WAL only that ring held may be on disk).",
+					DataDir);
+}
+
+#define unbind_hint unbind_hint_text()
 
 /* The generation the binding file holds, as this process last wrote it. */
 static uint64 written_generation = 0;
@@ -142,10 +150,40 @@ write_fully(int fd, const char *buf, size_t len, off_t off, const char *path, in
 }
 
 /*
- * Record the binding at "generation".  A missing file is created complete
- * under another name and renamed into place; an existing one gets the
- * slot for this generation written in place.  Returns false (reported at
- * elevel) when that failed.
+ * May the binding "slot" be written into the existing file in place, into
+ * the slot of its generation?  Only if the file's binding is of the same
+ * ring and cluster at a lower generation: the other slot then holds a lower
+ * generation too, and binding_pick() takes the new one.  A binding of
+ * another ring (pmwal.path changed after a clean shutdown, a data directory
+ * restored from a file-level backup) may have any generation, higher than
+ * the new ring's: written into one slot only, the other slot would still
+ * name the old ring, and win.
+ */
+static bool
+binding_in_place(const BindingSlot *slot)
+{
+	char		file[2 * BINDING_SLOT_SIZE];
+	const BindingSlot *cur;
+	ssize_t		n;
+	int			fd;
+
+	fd = open(BINDING_PATH, O_RDONLY | O_NOFOLLOW | PG_BINARY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = pg_pread(fd, file, sizeof(file), 0);
+	close(fd);
+	if (n != sizeof(file) || (cur = binding_pick(file, n)) == NULL)
+		return false;
+	return memcmp(cur->ring_id, slot->ring_id, RING_ID_LEN) == 0 &&
+		cur->system_identifier == slot->system_identifier &&
+		cur->generation < slot->generation;
+}
+
+/*
+ * Record the binding at "generation".  The slot for this generation is
+ * written in place when binding_in_place() allows it; otherwise the file is
+ * created complete (both slots) under another name and renamed into place.
+ * Returns false (reported at elevel) when that failed.
  */
 static bool
 binding_write(uint64 sysid, uint64 generation, int elevel)
@@ -157,7 +195,7 @@ binding_write(uint64 sysid, uint64 generation, int elevel)
 
 	memset(buf, 0, sizeof(buf));
 	fill_slot(slot, sysid, generation);
-	if (lstat(BINDING_PATH, &st) != 0)
+	if (lstat(BINDING_PATH, &st) != 0 || !binding_in_place(slot))
 	{
 		const char *tmp = BINDING_PATH ".tmp";
 
@@ -335,6 +373,15 @@ require_bound_ring_free(const BindingSlot *slot, const char *why_looking)
 						   id, slot->ring_path, (unsigned long long) slot->generation,
 						   why_looking),
 				 errhint("%s", unbind_hint)));
+	if (hdr->generation.v < slot->generation)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal cannot start: the ring that may hold this cluster's acknowledged WAL was replaced by an older copy of itself"),
+				 errdetail("The cluster did not shut down cleanly; its WAL was made durable in ring %s at \"%s\" at generation %llu, but the file there is at generation %llu: an earlier copy, without the WAL acknowledged since.  %s",
+						   id, slot->ring_path, (unsigned long long) slot->generation,
+						   (unsigned long long) hdr->generation.v, why_looking),
+				 errhint("Put the ring that was at \"%s\" back and set pmwal.path to it for one start.  %s",
+						 slot->ring_path, unbind_hint)));
 	if (ring_holds_wal(hdr) && hdr->generation.v <= slot->generation + 1)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -405,6 +452,23 @@ pmwal_binding_inactive(ControlFileData *control)
 }
 
 /*
+ * Did this data directory bind the ring last (the ring's owner block, as
+ * ring_write_owner() wrote it)?  A ring without a valid owner block does
+ * not say: then yes.  A file copy of a data directory taken while its
+ * server ran shares its binding file, generation included, and only the
+ * place differs.
+ */
+static bool
+owner_is_this_datadir(const RingHeader *hdr)
+{
+	char		here[PATH_MAX];
+
+	if (!ring_owner_valid(&hdr->owner))
+		return true;
+	return strcmp(hdr->owner.datadir, realpath(DataDir, here) ? here : DataDir) == 0;
+}
+
+/*
  * The attached ring, checked against the data directory: what the start
  * does with it.  FATAL where it must not be used.
  */
@@ -472,6 +536,23 @@ pmwal_binding_check(ControlFileData *control)
 	}
 
 	state = binding_read(&slot);
+	if (state == BINDING_VALID &&
+		memcmp(slot.ring_id, hdr->st.s.ring_id, RING_ID_LEN) != 0 &&
+		slot.system_identifier == control->system_identifier &&
+		ring_owner_valid(&hdr->owner) && owner_is_this_datadir(hdr))
+	{
+		/* this data directory wrote the ring's WAL, and left the ring since */
+		ring_id_text(slot.ring_id, bid);
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal ring \"%s\" holds WAL this data directory left behind; nothing was restored", path),
+				 errdetail("This data directory wrote the ring's WAL (ring %s, generation %llu, from %X/%X to %X/%X), but it has been bound since to ring %s at \"%s\" (generation %llu): the ring's WAL is not the cluster's history any more.",
+						   rid, (unsigned long long) hdr->generation.v,
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+						   bid, slot.ring_path, (unsigned long long) slot.generation),
+				 errhint("Set pmwal.path = '%s', the ring this data directory is bound to.  \"pmwal_ctl dump\" saves this ring's WAL; \"pmwal_ctl reset --discard-wal\" empties it.",
+						 slot.ring_path)));
+	}
 	if (state != BINDING_VALID ||
 		memcmp(slot.ring_id, hdr->st.s.ring_id, RING_ID_LEN) != 0 ||
 		slot.system_identifier != control->system_identifier)
@@ -483,7 +564,8 @@ pmwal_binding_check(ControlFileData *control)
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   state == BINDING_ABSENT ? "this data directory has no binding file (" BINDING_PATH ")"
 						   : state == BINDING_DAMAGED ? "this data directory's binding file is damaged"
-						   : "this data directory is bound to another ring"),
+						   : psprintf("this data directory is bound to ring %s at \"%s\"",
+									  (ring_id_text(slot.ring_id, bid), bid), slot.ring_path)),
 				 errhint("Give this server its own ring in pmwal.path; start the data directory the ring belongs to on it.  \"pmwal_ctl inspect\" shows the ring.")));
 	if (hdr->generation.v > slot.generation + 1)
 		ereport(FATAL,
@@ -503,6 +585,15 @@ pmwal_binding_check(ControlFileData *control)
 						   (unsigned long long) slot.generation,
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v)),
 				 errhint("Put the ring that was at \"%s\" back.  \"pmwal_ctl reset --discard-wal\" starts without it.", path)));
+	if (!owner_is_this_datadir(hdr))
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("pmwal ring \"%s\" holds WAL of the server in data directory %s, not of this one; nothing was restored", path, owner),
+				 errdetail("The ring holds WAL from %X/%X to %X/%X at generation %llu, written by the server of %s; this data directory (%s) is bound to the ring at that generation too: it is a file copy of that data directory taken while its server ran.",
+						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+						   (unsigned long long) hdr->generation.v, owner, DataDir),
+				 errhint("Start the server of %s on this ring, so that it restores its WAL; give this server its own ring.  If this data directory was moved here from %s, move it back for one start.",
+						 owner, owner)));
 	if (pmwal_cluster_shut_down(control))
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

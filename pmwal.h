@@ -166,6 +166,8 @@ typedef struct PmwalShared
 								 * (under sync_lock) */
 	XLogSegNo	dir_synced_segno;	/* pg_wal/ fsynced since it held this
 									 * (under sync_lock) */
+	XLogRecPtr	tli_start;		/* where pmwal began following timeline tli
+								 * (follow_timeline; under sync_lock) */
 
 	pid_t		flusher_pid;
 	Latch	   *flusher_latch;

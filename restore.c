@@ -68,7 +68,7 @@
 #include "pmwal.h"
 
 static const char *restore_hint =
-"\"pmwal_ctl inspect\" and \"pmwal_ctl verify\" show what the ring holds, \"pmwal_ctl dump\" saves it; the ring was left as it is.";
+"The ring was left as it is.  \"pmwal_ctl inspect\" and \"pmwal_ctl verify\" show what it holds, \"pmwal_ctl dump\" saves its WAL; only if nothing in it is needed, \"pmwal_ctl reset --discard-wal\" empties it.";
 
 /* Which pages an XLogReader reads from the ring rather than pg_wal. */
 typedef struct MergedView

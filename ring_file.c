@@ -471,6 +471,14 @@ ring_open_directory(const char *path, char **name)
 				 errmsg("directory of pmwal ring \"%s\" does not exist", path),
 				 errdetail("pmwal creates the ring file on first start, but \"%s\" is not an existing directory.", dir),
 				 errhint("Create the directory on a DAX file system (or use /dev/shm to try pmwal), or correct pmwal.path.")));
+	if (st.st_uid != 0 && st.st_uid != geteuid() &&
+		(st.st_mode & (S_IWGRP | S_IWOTH)) == 0)
+		ereport(FATAL,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("directory of pmwal ring \"%s\" is owned by another user", path),
+				 errdetail("\"%s\" is owned by user ID %u: its owner may remove or replace the ring.",
+						   dir, (unsigned) st.st_uid),
+				 errhint("Put the ring in a directory owned by the server's user or by root.")));
 	if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) != 0 &&
 		st.st_uid != 0 && st.st_uid != geteuid())
 		ereport(FATAL,

@@ -144,6 +144,22 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 		return RING_UNINITIALISED;
 
 	/*
+	 * pmwal 1.0 stored REINIT into the all-zero header of a ring file it had
+	 * just created, into format 1's state word, before anything else: a kill
+	 * right after left a header that is all zero but that word.  An
+	 * initialisation of an empty ring was interrupted there too (1.1 took it
+	 * as one; format 2 has the timeline word at that place, never REINIT).
+	 */
+	if (word_at(hdr, V1_STATE_OFFSET) == RING_STATE_REINIT &&
+		ring_all_zero((const char *) hdr, V1_STATE_OFFSET) &&
+		ring_all_zero((const char *) hdr + V1_STATE_OFFSET + sizeof(uint64),
+					  RING_HEADER_SIZE - V1_STATE_OFFSET - sizeof(uint64)))
+	{
+		snprintf(detail, detail_len, "An initialisation of the empty ring was interrupted.");
+		return RING_INTERRUPTED_REINIT;
+	}
+
+	/*
 	 * REINIT is only ever stored on a ring that holds nothing, before any
 	 * other part of the header changes: an initialisation (or a resize)
 	 * was interrupted, whatever the rest says.

@@ -263,6 +263,7 @@ follow_timeline(TimeLineID tli, XLogRecPtr start)
 	SYNC_LOCK();
 	RING_LOCK();
 	pmwal_shared->tli = tli;
+	pmwal_shared->tli_start = start;
 	pg_atomic_write_u64(&pmwal_shared->durable_lsn, start);
 	pg_atomic_write_u64(&pmwal_shared->written_end, start);
 	RING_UNLOCK();

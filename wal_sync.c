@@ -121,8 +121,14 @@ pmwal_sync_range(XLogRecPtr upto)
 	if (upto <= durable && writes == pmwal_shared->synced_writes)
 		return;
 	upto = Max(upto, durable);
-	/* PostgreSQL rewrites its last, partial page: the one before durable_lsn */
-	XLByteToSeg(durable > 0 ? durable - 1 : 0, first, wal_segment_size);
+	/*
+	 * PostgreSQL rewrites its last, partial page: the one before durable_lsn
+	 * -- unless durable_lsn is where this timeline's WAL began: the byte
+	 * before it is of another timeline (a promotion at a segment boundary
+	 * has no segment of the new timeline before it).
+	 */
+	XLByteToSeg(durable > pmwal_shared->tli_start ? durable - 1 : durable, first,
+				wal_segment_size);
 	XLByteToSeg(upto - 1, last, wal_segment_size);
 	for (XLogSegNo segno = first; segno <= last; segno++)
 		sync_segment(segno, tli);

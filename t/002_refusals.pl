@@ -18,7 +18,7 @@ use Test::More;
 
 my $MB = 1024 * 1024;
 my $ring_hint =
-  qq{See "Refusals at start-up" in pmwal's README; "pmwal_ctl inspect" shows what the ring holds.};
+  qq{See docs/failures.md in pmwal's documentation; "pmwal_ctl inspect" shows what the ring holds.};
 
 # Files this test creates outside the nodes' rings.
 my @cleanup;
@@ -85,14 +85,9 @@ sub sysid_of
 my $node_a = pmwal_node('a', conf => "autovacuum = off\n");
 my $ring_a = $node_a->{pmwal_ring};
 $node_a->start;
-# The flusher anchors the ring right after start (that LOG line comes with
-# the commit path); wait for it, then until the idle server leaves its ring
-# alone, so that the comparison below sees only what the second server does.
-for (1 .. 50)
-{
-	last if $node_a->log_contains(qr/pmwal ring "\Q$ring_a\E" anchored at/);
-	usleep(100_000);
-}
+# Wait until the idle server leaves its ring alone (the start bound it; the
+# flusher makes no pass without WAL to sync), so that the comparison below
+# sees only what the second server does.
 ok(wait_ring_quiet($ring_a), 'ring of the idle node a stops changing');
 
 my $node_b = pmwal_node('b', ring => $ring_a);
@@ -141,12 +136,15 @@ ok($before eq ring_bytes($ring_a), 'other cluster: ring bytes unchanged');
 # Header damage on node a's own ring.
 ###########################################################################
 
-# 2. Wrong CRC: one byte of the timeline changed, CRC kept.
+# 2. Wrong CRC: one byte of the ring_id changed, CRC kept (format 2: the
+# CRC covers the 56 bytes before it).
 put_bytes($ring_a, $pristine);
 set_conf($node_a, 'pmwal.path' => $ring_a, 'pmwal.size' => '8MB');
-ring_set_static($ring_a, timeline => 1 ^ 0x100, keep_crc => 1);
+my $ring_id_a = ring_field($ring_a, 'ring_id');
+ring_set_static($ring_a, ring_id => (substr($ring_id_a, 0, 1) ^ "\x01") . substr($ring_id_a, 1),
+	keep_crc => 1);
 my $stored = ring_field($ring_a, 'crc');
-my $computed = crc32c(substr(ring_bytes($ring_a), 0, 48));
+my $computed = crc32c(substr(ring_bytes($ring_a), 0, 56));
 isnt($stored, $computed, 'damaged header: CRC no longer matches');
 $before = ring_bytes($ring_a);
 start_refused($node_a, 'damaged header');
@@ -165,7 +163,7 @@ $before = ring_bytes($ring_a);
 start_refused($node_a, 'block size');
 log_has(
 	$node_a,
-	qr/FATAL:  pmwal ring "\Q$ring_a\E" was written with another WAL block size\n.*DETAIL:  The ring was written with a WAL block size of 16384 bytes; this server uses 8192\.\n/,
+	qr/FATAL:  pmwal ring "\Q$ring_a\E" was written with another WAL block size\n.*DETAIL:  The ring was written with a WAL block size of 16384 bytes; this build uses 8192\.\n/,
 	'block size: FATAL with DETAIL');
 ok($before eq ring_bytes($ring_a), 'block size: ring bytes unchanged');
 
@@ -188,17 +186,18 @@ $before = ring_bytes($ring_a);
 start_refused($node_a, 'format version');
 log_has(
 	$node_a,
-	qr/FATAL:  pmwal ring "\Q$ring_a\E" has an unsupported format\n.*DETAIL:  The ring has format version 99; this pmwal reads version 1\.\n/,
+	qr/FATAL:  pmwal ring "\Q$ring_a\E" has an unsupported format\n.*DETAIL:  The ring has format version 99; this pmwal reads version 2\.\n/,
 	'format version: FATAL with DETAIL');
 ok($before eq ring_bytes($ring_a), 'format version: ring bytes unchanged');
 
 # 11. A ring that holds WAL, started with another pmwal.size.
+# (format 2: tail and head page-aligned, a timeline in its word)
 put_bytes($ring_a, $pristine);
-my $tail = 0x1000028;
+my $tail = 0x1000000;
+ring_write_u64($ring_a, 'timeline', 1);
 ring_write_u64($ring_a, 'state', RING_STATE_IN_USE);
 ring_write_u64($ring_a, 'tail', $tail);
-ring_write_u64($ring_a, 'last_end', $tail + 100);
-ring_write_u64($ring_a, 'head', $tail + 200);
+ring_write_u64($ring_a, 'head', $tail + 2 * 8192);
 set_conf($node_a, 'pmwal.size' => '16MB');
 $before = ring_bytes($ring_a);
 start_refused($node_a, 'resize with WAL');
@@ -367,9 +366,10 @@ is(ring_field($ring_a, 'capacity'), 16 * $MB, 'resize: header says 16 MB');
 ###########################################################################
 # 16. An interrupted rewrite of the header of an empty ring.
 ###########################################################################
-ring_set_static($ring_a, timeline => 7, keep_crc => 1);
+my $ring_id_16 = ring_field($ring_a, 'ring_id');
+ring_set_static($ring_a, header_size => 7, keep_crc => 1);
 ring_write_u64($ring_a, 'state', RING_STATE_REINIT);
-isnt(ring_field($ring_a, 'crc'), crc32c(substr(ring_bytes($ring_a), 0, 48)),
+isnt(ring_field($ring_a, 'crc'), crc32c(substr(ring_bytes($ring_a), 0, 56)),
 	'interrupted rewrite: CRC is wrong');
 start_fine($node_a, 'interrupted rewrite');
 log_has(
@@ -380,10 +380,80 @@ ok(!$node_a->log_contains(qr/FATAL/), 'interrupted rewrite: no FATAL');
 $node_a->stop;
 is(ring_state($ring_a), RING_STATE_EMPTY,
 	'interrupted rewrite: ring is empty again');
-is(ring_field($ring_a, 'crc'), crc32c(substr(ring_bytes($ring_a), 0, 48)),
+is(ring_field($ring_a, 'crc'), crc32c(substr(ring_bytes($ring_a), 0, 56)),
 	'interrupted rewrite: header CRC is valid again');
-is(ring_field($ring_a, 'timeline'), 1,
-	'interrupted rewrite: header has the cluster\'s timeline');
+is(ring_field($ring_a, 'header_size'), 4096, 'interrupted rewrite: the static header is rewritten');
+is(ring_field($ring_a, 'ring_id'), $ring_id_16, 'interrupted rewrite: the ring keeps its ring_id');
+
+###########################################################################
+# 19. A ring of format 1 (pmwal 1.0 and 1.1): one that holds WAL is refused
+#     (the pmwal that wrote it must restore it), an empty one is initialised
+#     anew in format 2.
+###########################################################################
+# A format-1 header: static part (magic, version, header size, system
+# identifier, timeline, segment size, block size, reserved, capacity) with
+# its CRC at byte 48; tail, head and state words at 64, 192 and 256.
+sub v1_header
+{
+	my (%w) = @_;
+	my $st = pack('a8 L< L< Q< L< L< L< L< Q<',
+		'PMWALRNG', 1, 4096, $sysid_a, 1, 16 * $MB, 8192, 0, 8 * $MB);
+	my $hdr = $st . pack('L<', crc32c($st));
+	$hdr .= "\0" x (4096 - length $hdr);
+	substr($hdr, 64, 8) = pack('Q<', $w{tail});
+	substr($hdr, 192, 8) = pack('Q<', $w{head});
+	substr($hdr, 256, 8) = pack('Q<', $w{state});
+	return $hdr;
+}
+
+set_conf($node_a, 'pmwal.path' => $ring_a, 'pmwal.size' => '8MB');
+put_bytes($ring_a, v1_header(tail => 0x1000000, head => 0x1002000, state => RING_STATE_IN_USE)
+	  . substr($pristine, 4096));
+$before = ring_bytes($ring_a);
+start_refused($node_a, 'format 1 with WAL');
+log_has(
+	$node_a,
+	qr/FATAL:  pmwal ring "\Q$ring_a\E" was written by an older pmwal and holds WAL\n.*DETAIL:  The ring has format 1 \(pmwal 1\.1 or older\) and holds WAL from 0\/1000000 to 0\/1002000\.\n.*HINT:  Start the server once with the pmwal that wrote the ring, so that it restores the WAL, and stop it cleanly; then upgrade\./,
+	'format 1 with WAL: FATAL with DETAIL and HINT');
+ok($before eq ring_bytes($ring_a), 'format 1 with WAL: ring bytes unchanged');
+
+put_bytes($ring_a, v1_header(tail => 0x1002000, head => 0x1002000, state => RING_STATE_IN_USE)
+	  . substr($pristine, 4096));
+start_fine($node_a, 'format 1, empty');
+log_has(
+	$node_a,
+	qr/LOG:  pmwal initialising ring "\Q$ring_a\E" with 8 MB\n.*DETAIL:  The ring has format 1 \(pmwal 1\.1 or older\) and holds nothing\.\n/,
+	'format 1, empty: initialised anew, and the log says so');
+$node_a->stop;
+is(ring_field($ring_a, 'format_version'), 2, 'format 1, empty: the ring has format 2 now');
+is(ring_field($ring_a, 'crc'), crc32c(substr(ring_bytes($ring_a), 0, 56)),
+	'format 1, empty: its header CRC is valid');
+isnt(ring_field($ring_a, 'ring_id'), "\0" x 16, 'format 1, empty: the ring got a ring_id');
+
+###########################################################################
+# 20. The binding (issue 21; t/026* has the cases under load): after a
+#     crash, the file at the bound ring's path is another ring of this
+#     cluster.  It may not stand in for the ring that may hold the cluster's
+#     acknowledged WAL.
+###########################################################################
+my $ring_other = "/dev/shm/pmwal_tap_other_$$.ring";
+unlink $ring_other;
+push @cleanup, $ring_other;
+set_conf($node_a, 'pmwal.path' => $ring_other);
+start_fine($node_a, 'another ring of the cluster');
+$node_a->stop;
+set_conf($node_a, 'pmwal.path' => $ring_a);
+start_fine($node_a, 'back on ring a');
+$node_a->stop('immediate');
+my ($bound_id, $other_id) = map { unpack('H*', ring_field($_, 'ring_id')) } ($ring_a, $ring_other);
+rename($ring_other, $ring_a) or die "rename: $!";
+$before = ring_bytes($ring_a);
+start_refused($node_a, 'another ring at the bound path');
+log_has(
+	$node_a,
+	qr/FATAL:  pmwal ring "\Q$ring_a\E" is not the ring that may hold this cluster's acknowledged WAL\n.*DETAIL:  The cluster did not shut down cleanly; its WAL was made durable in ring $bound_id at this path \(generation \d+\), but the file there now is ring $other_id\.\n.*HINT:  Put ring $bound_id back at "\Q$ring_a\E"\.  If that ring is lost for good, "pmwal_ctl unbind -D \Q${\ $node_a->data_dir }\E" lets the server start without what only it held; the cluster must then be treated as damaged/,
+	'another ring at the bound path: FATAL with DETAIL naming both rings and HINT');
+ok($before eq ring_bytes($ring_a), 'another ring at the bound path: ring bytes unchanged');
 
 ###########################################################################
 # 5. Another WAL segment size, set with pg_resetwal.

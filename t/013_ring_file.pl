@@ -20,6 +20,7 @@ use Digest::SHA;
 use Fcntl qw(O_WRONLY O_CREAT O_EXCL);
 use Time::HiRes qw(usleep);
 use PmwalTest;
+use hD ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -167,7 +168,7 @@ sub ring_valid
 	  or return;
 	is(-s $ring, 4096 + $size_mb * $MB, "$case: ring file is header plus $size_mb MB");
 	is(ring_field($ring, 'magic'), 'PMWALRNG', "$case: ring has the magic");
-	is(ring_field($ring, 'crc'), crc32c(substr(ring_bytes($ring), 0, 48)),
+	is(ring_field($ring, 'crc'), crc32c(substr(ring_bytes($ring), 0, 56)),
 		"$case: ring header CRC is valid");
 	is(ring_field($ring, 'capacity'), $size_mb * $MB,
 		"$case: ring header says $size_mb MB");
@@ -178,11 +179,11 @@ sub ring_valid
 	return;
 }
 
-# The extension's SQL: a build of pmwal given with PMWAL_TEST_LIBDIR (the
-# code before a fix) may not know the columns of the newest version of
-# pmwal_status, which version 1.0 has too.
+# The extension's SQL: the build before the sync layer, given with
+# PMWAL_TEST_LIBDIR (t/hD.pm recognises it), does not know the columns of
+# the newest version of pmwal_status; version 1.0 has "accelerated" too.
 my $create_ext =
-  $ENV{PMWAL_TEST_LIBDIR}
+  hD::old_build()
   ? q{CREATE EXTENSION IF NOT EXISTS pmwal VERSION '1.0'}
   : q{CREATE EXTENSION IF NOT EXISTS pmwal};
 
@@ -235,11 +236,13 @@ my $ring = $node->{pmwal_ring};
 
 # --- A1. first creation -----------------------------------------------------
 # The new code builds the ring in an unnamed file (O_TMPFILE) and links it
-# into place only once complete (pause point create_before_link); it stores
-# nothing into a header in place at first creation.  The old code created
-# an empty file, sized it and stored into its header in place
-# (header_store:N); a kill after its first store (REINIT into the all-zero
-# header) left a file every later start refused as "not a pmwal ring".
+# into place only once complete (pause point create_before_link); the only
+# stores into the linked ring's header in place are the binding's (binding.c:
+# the generation word, then the owner block), on a complete, empty ring.
+# The old code created an empty file, sized it and stored into its header in
+# place (header_store:N); a kill after its first store (REINIT into the
+# all-zero header) left a file every later start refused as "not a pmwal
+# ring".
 {
 	my $case = 'first creation, kill before the link';
 	unlink $ring;
@@ -279,21 +282,23 @@ my $ring = $node->{pmwal_ring};
 		kill_postmaster($node, $pm, $case);
 		start_after_kill($node, 8, $case);
 	}
-	is($stores, 0,
-		'first creation stores into no header in place (the ring is built whole, then linked)');
+	is($stores, 2,
+		'first creation: the ring is built whole, then linked; the only stores in place are the binding\'s (generation, owner)');
 }
 
 # --- A1b. what a kill left in a ring file created by pmwal 1.0 ---------------
 # pmwal 1.0 stored REINIT into the all-zero header of the file it had just
 # created before anything else; a postmaster killed right after (at its
 # second header store) left this file, which every later start of 1.0
-# refused as "not a pmwal ring".  It must be initialised again.
+# refused as "not a pmwal ring".  It must be initialised again.  The state
+# word of that header (format 1) is at byte 256 (in format 2 the timeline
+# word is there).
 {
 	my $case = 'all-zero header with REINIT';
 	$node->stop;
 	unlink $ring;
-	make_file($ring, "\0" x (4096 + 8 * $MB));
-	ring_write_u64($ring, 'state', RING_STATE_REINIT);
+	no warnings 'portable';
+	make_file($ring, ("\0" x 256) . pack('Q<', RING_STATE_REINIT) . ("\0" x (4096 - 264 + 8 * $MB)));
 	start_after_kill($node, 8, $case);
 	log_has(
 		$node,
@@ -305,7 +310,8 @@ my $ring = $node->{pmwal_ring};
 # pmwal.size changed between two clean starts, 16 MB -> 8 MB and 8 MB ->
 # 16 MB.  The new code stores REINIT first, then resizes the file
 # (header_resize: after REINIT, before ftruncate), then the header stores
-# static, tail, head, last_end, exposed, EMPTY: seven stores.  The old code
+# static, tail, head, timeline, EMPTY, and then the binding's generation and
+# owner block: eight stores.  The old code
 # resized before its first store: a kill after shrinking the file left a
 # header describing more than the file holds ("has an impossible size").
 for my $sizes ([ 16, 8 ], [ 8, 16 ])
@@ -360,8 +366,8 @@ for my $sizes ([ 16, 8 ], [ 8, 16 ])
 		kill_postmaster($node, $pm, $case);
 		start_after_kill($node, $to, $case);
 	}
-	is($stores, 7,
-		"resize $from -> $to MB: killed at each of the 7 header stores (REINIT, static, tail, head, last_end, exposed, EMPTY)");
+	is($stores, 8,
+		"resize $from -> $to MB: killed at each of the 8 header stores (REINIT, static, tail, head, timeline, EMPTY, generation, owner)");
 }
 $node->stop;
 

@@ -9,6 +9,12 @@
 #	2. the ring's WAL goes past the backup's start (standby.signal): it may
 #	   hold commits that exist nowhere else.  The start is refused with
 #	   nothing written; with a ring path of its own the node starts.
+#	3. a backup that carries the primary's binding file (pg_wal/pmwal.binding:
+#	   a file-level backup copies pg_wal's other files; pg_basebackup does
+#	   not), restored as a standby on a ring of its own (issue 21): it must
+#	   bind its own ring, not keep the primary's binding; promoted, it
+#	   commits through its ring and loses power before the flusher's first
+#	   pass, and its restart restores every acknowledged commit.
 use strict;
 use warnings;
 use FindBin;
@@ -19,6 +25,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use File::Copy ();
+use Time::HiRes ();
 
 my $restored_re = qr/pmwal restored WAL/;
 
@@ -29,7 +36,8 @@ for my $case ('older', 'newer')
 		conf => QUIET_WAL . "pmwal.flush_interval = 60s\n");
 	my $ring = $primary->{pmwal_ring};
 	powercut_start($primary);
-	$primary->safe_psql('postgres', 'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY)');
+	$primary->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CREATE TABLE u (x int)');
 	wait_accelerated($primary, 't') or die "$case: commits are not accelerated";
 	$primary->backup('b') if $case eq 'newer';
 
@@ -113,6 +121,69 @@ for my $case ('older', 'newer')
 		$node->stop('immediate') if $node->{_pid};
 		unlink $own;
 	}
+}
+
+# 3. a backup with the primary's binding file, on a ring of its own
+{
+	my $primary = pmwal_node('primary_file', size => '64MB',
+		init => { allows_streaming => 1 },
+		conf => QUIET_WAL . "pmwal.flush_interval = 100ms\n");
+	my $ring = $primary->{pmwal_ring};
+	$primary->start;
+	$primary->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CREATE TABLE u (x int)');
+	# flusher passes: the primary's binding at a generation well above a
+	# new ring's first one
+	for (1 .. 600)
+	{
+		last if ring_read_u64($ring, 'generation') >= 6;
+		$primary->safe_psql('postgres', 'INSERT INTO u SELECT generate_series(1, 10)');
+		Time::HiRes::sleep(0.05);
+	}
+	cmp_ok(ring_read_u64($ring, 'generation'), '>=', 6, 'file: the primary\'s ring is at generation 6 or more');
+	$primary->backup('b');
+	my $bfile = $primary->backup_dir . '/b/pg_wal/pmwal.binding';
+	ok(!-e $bfile, 'file: pg_basebackup does not copy the binding file');
+	File::Copy::copy($primary->data_dir . '/pg_wal/pmwal.binding', $bfile) or die "copy: $!";
+
+	my $own = "/dev/shm/pmwal_tap_own_file_$$.ring";
+	unlink $own;
+	my $node = pmwal_standby($primary, 'restored_file', 'b', ring => $own, size => '64MB',
+		conf => QUIET_WAL . "pmwal.test_pause = 'flusher_loop'\n");
+	powercut_start($node);
+	$node->safe_psql('postgres', 'SELECT pg_promote()');
+	$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die 'file: the promotion does not end';
+	my $bytes = slurp_file($node->data_dir . '/pg_wal/pmwal.binding');
+	my ($best, $best_gen);
+	for my $i (0, 1)
+	{
+		my ($magic, $gen, $path) = unpack('a8 x16 Q< x16 Z1984', substr($bytes, $i * 2048, 2048));
+		next unless $magic eq 'PMWALBND'
+		  && crc32c(substr($bytes, $i * 2048, 2032)) == unpack('L<', substr($bytes, $i * 2048 + 2032, 4));
+		($best, $best_gen) = ($path, $gen) if !defined $best_gen || $gen > $best_gen;
+	}
+	is($best, $own, 'file: the restored node\'s binding names its own ring');
+	wait_accelerated($node, 't') or die 'file: commits are not accelerated';
+	my $load = acked_load_start($node, tag => 'file');
+	$node->poll_query_until('postgres', 'SELECT count(*) >= 1000 FROM t')
+	  or die "file: the load does not run: ${ $load->{err} }";
+	my $cut = powercut($node);
+	acked_load_finish($load);
+	note("file: $cut->{summary}");
+	$node->append_conf('postgresql.conf', "pmwal.test_pause = ''\n");
+	my $offset = -s $node->logfile;
+	my $up = $node->start(fail_ok => 1);
+	ok($up, 'file: the promoted node restarts after the power cut')
+	  or diag(slurp_file($node->logfile, $offset));
+	if ($up)
+	{
+		like(slurp_file($node->logfile, $offset), $restored_re, 'file: its ring was restored');
+		my ($n, $missing) = acked_check($node, $load);
+		is($missing, 0, "file: all $n acknowledged commits are present");
+		$node->stop;
+	}
+	unlink $own;
 }
 
 done_testing();

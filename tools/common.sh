@@ -66,6 +66,27 @@ pick_test_user() {
 	fi
 }
 
+# A sticky directory (mode 1777) owned by a user who is neither root nor the
+# test user (nobody), in which pmwal must refuse a ring (t/026e, issue 21
+# case 4); only root can make one, so it is made here, before the tests drop
+# to the test user, and named in PMWAL_TEST_STICKY_DIR.  Made with mkdir, so
+# that no one else's file or link is ever chowned; an existing one is used
+# only if it is exactly that.
+make_sticky_test_dir() {
+	local d=/tmp/pmwal-test-sticky-nobody
+	[ "$(id -u)" = 0 ] || return 0
+	if mkdir -m 1777 "$d" 2>/dev/null; then
+		chown nobody "$d" && chmod 1777 "$d"
+	fi
+	if [ ! -L "$d" ] && [ "$(stat -c '%F %U %a' "$d" 2>/dev/null)" = "directory nobody 1777" ]; then
+		PMWAL_TEST_STICKY_DIR=$d
+		export PMWAL_TEST_STICKY_DIR
+	else
+		echo "warning: $d is not a directory of nobody with mode 1777; t/026e cannot check a sticky ring directory of another user" >&2
+	fi
+}
+
 as_test_user() {
+	make_sticky_test_dir
 	runuser -u "$TEST_USER" -- env PATH="$PG_BINDIR:$PATH" "$@"
 }
