@@ -1,27 +1,28 @@
-# pg_rewind of an old primary whose ring still holds WAL (issue 11).
+# pg_rewind of an old primary whose ring still holds WAL (issues 11, 20).
 #
-# A primary with a streaming standby (pmwal on both) loses power with a
-# committer held inside its write window, after the standby replayed that
-# commit: the standby holds WAL the primary's restore will not have.  The
-# standby is promoted and takes commits; pg_rewind then makes the old
-# primary a copy of the new one.  pg_rewind first runs the old primary in
-# single-user mode with fsync off ("postgres --single -F") to finish its
-# crash recovery: pmwal restores the ring there, with real syncs, and, as
-# a write window was open, recovery ends on a new timeline -- which must
-# not be the one the standby's promotion took, or pg_rewind finds "the
-# same timeline" and does nothing.  The rewound node starts as a standby
-# of the new primary, its ring empty, with exactly the new primary's rows:
-# every commit acknowledged there, and the held one the standby had.
+# A primary with a streaming standby (pmwal on both) goes on committing
+# after the standby stopped, so it holds acknowledged commits the standby
+# never received, and loses power with a committer held at the sync
+# layer's dangerous point (sync_before_publish): its ring holds WAL that
+# pg_wal lacks.  The standby is promoted (timeline 2) and takes commits;
+# pg_rewind then makes the old primary a copy of the new one.  pg_rewind
+# first runs the old primary in single-user mode with fsync off
+# ("postgres --single -F") to finish its crash recovery: pmwal restores the
+# ring there, with real syncs, and the recovery ends on timeline 1 (the
+# sync layer never forces a new timeline), so pg_rewind finds where the
+# histories fork.  The rewound node starts as a standby of the new primary,
+# its ring empty, with exactly the new primary's rows: every commit
+# acknowledged there.
 #
-# Run against the build before the timeline reservation (12a9b80), the
-# old primary's recovery took timeline 2 as the promotion did, pg_rewind
-# said "no rewind required", and the rewound node never caught up.
+# Negative control: a copy of the old primary's data directory started
+# without the ring lacks commits it acknowledged.
 use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
+use HcTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -38,15 +39,14 @@ $new->start;
 my $load = acked_load_start($old, tag => 'old');
 $old->poll_query_until('postgres', 'SELECT count(*) >= 3000 FROM t')
   or die "the load does not run: ${ $load->{err} }";
-
-# the load goes on through the ring alone while a committer is held in
-# its window (the flusher is held too)
-my ($held, $held_id) = hold_in_write_window($old, 't', 9_000_000_000);
-my $flush = $old->safe_psql('postgres', 'SELECT pg_current_wal_flush_lsn()');
-$new->poll_query_until('postgres', "SELECT pg_last_wal_replay_lsn() >= '$flush'")
-  or die 'the standby does not replay the held commit';
-is($new->safe_psql('postgres', "SELECT count(*) FROM t WHERE id = $held_id"), '1',
-	'the standby replayed a commit the old primary has not made durable');
+$old->wait_for_catchup($new);
+# the standby stops; the old primary commits on alone, through the ring
+# (flusher and WAL writer held), until a committer is held in its WAL sync
+$new->stop;
+my $count = $old->safe_psql('postgres', 'SELECT count(*) FROM t');
+$old->poll_query_until('postgres', "SELECT count(*) >= $count + 2000 FROM t")
+  or die 'the load does not go on';
+my ($held) = hold_commit($old, sub { 'INSERT INTO t VALUES (' . (-100 - $_[0]) . ')' });
 my $cut = powercut($old);
 note($cut->{summary});
 acked_load_finish($load);
@@ -54,7 +54,13 @@ my ($rc) = bg_psql_finish($held);
 isnt($rc, 0, 'the held commit was never acknowledged');
 cmp_ok(ring_read_u64($old->{pmwal_ring}, 'head'), '>', ring_read_u64($old->{pmwal_ring}, 'tail'),
 	"the old primary's ring holds WAL");
+my $acked_list_sql = "SELECT count(*) FROM t";
+my $noring = without_ring_query($old, 'SELECT count(*) FROM t');
+cmp_ok($noring // 0, '<', $load->{total},
+	"negative control: without the ring the old primary has " . ($noring // 'no start')
+	  . " rows, fewer than the $load->{total} it acknowledged");
 
+$new->start;
 $new->promote;
 $new->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'the standby does not leave recovery';
@@ -65,6 +71,7 @@ $load2->{h}->kill_kill;
 acked_load_finish($load2);
 $new->safe_psql('postgres', 'CHECKPOINT');
 my $new_tli = $new->safe_psql('postgres', 'SELECT timeline_id FROM pg_control_checkpoint()');
+is($new_tli, '2', 'the promoted standby is on timeline 2');
 
 # pg_rewind copies postgresql.conf from the source: on one machine that
 # names the new primary's ring (refused as in use); on real machines every
@@ -83,13 +90,9 @@ note("pg_rewind:\n$out$err");
 like($err, qr/executing "[^"]*postgres" for target server to complete crash recovery/,
 	'pg_rewind ran the single-user crash recovery');
 like($err, qr/pmwal restored WAL/, 'pmwal restored the ring in that single-user run');
-like($err, qr/recovery will end on a new timeline/, 'a write window was open: a new timeline');
-like($err, qr/pmwal leaves timeline $new_tli to a standby's promotion/,
-	"pmwal left timeline $new_tli to the standby's promotion");
-my ($old_tli) = $err =~ /selected new timeline ID: (\d+)/;
-isnt($old_tli // $new_tli, $new_tli,
-	"the old primary's recovery ended on timeline " . ($old_tli // '?') . ", not the new primary's $new_tli");
-like($err, qr/servers diverged at WAL location/, 'pg_rewind found where the histories fork');
+unlike($err, qr/selected new timeline ID/, "the old primary's recovery ended on its timeline, 1");
+like($err, qr/servers diverged at WAL location [0-9A-F\/]+ on timeline 1/,
+	'pg_rewind found where the histories fork');
 is(ring_read_u64($old->{pmwal_ring}, 'head'), ring_read_u64($old->{pmwal_ring}, 'tail'),
 	"the old primary's ring is empty after the rewind");
 
@@ -103,8 +106,8 @@ $new->safe_psql('postgres', 'INSERT INTO t VALUES (-1)');
 $new->wait_for_catchup($old);
 my ($n, $missing) = acked_check($old, $load2);
 is($missing, 0, "the rewound node has all $n commits acknowledged on the new primary");
-is($old->safe_psql('postgres', "SELECT count(*) FROM t WHERE id IN (-1, $held_id)"), '2',
-	'and the commit the standby had when the old primary lost it, and follows the new primary');
+is($old->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id = -1'), '1',
+	'and follows the new primary');
 my $rows = 'SELECT count(*), sum(id) FROM t';
 is($old->safe_psql('postgres', $rows), $new->safe_psql('postgres', $rows),
 	"the rewound node has exactly the new primary's rows");

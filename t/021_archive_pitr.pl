@@ -1,19 +1,22 @@
 # WAL archiving and point-in-time recovery to a target that was only in
-# the ring at the power cut (issue 11).
+# the ring at the power cut (issues 11, 20).
 #
 # A primary archives its WAL (archive_mode = on).  With the WAL writer and
 # the flusher off the CPU, nothing reaches pg_wal's disk any more: a
 # restore point is created between two marker commits, more commits
 # follow, and the power is cut.  The cut takes the restore point's WAL
-# from pg_wal; the ring gives it back, the primary ends recovery on a new
-# timeline (WAL could have left through the archiver) and archives it.  A
-# node made from a base backup taken before the load then recovers from
-# the archive to the restore point: it has every commit acknowledged
-# before it and none after.
+# from pg_wal; the ring gives it back, the primary ends crash recovery on
+# its timeline (the sync layer never forces a new one: nothing that was not
+# durable can have left through the archiver) and archives it.  A node made
+# from a base backup taken before the load then recovers from the archive
+# to the restore point: it has every commit acknowledged before it and none
+# after.
 #
 # Then the recovered node, its recovery_target_name still set, takes
-# commits and loses power inside a write window: pmwal's own recovery
-# ignores that target and keeps every acknowledged commit.
+# commits and loses power with a committer held at the sync layer's
+# dangerous point (sync_before_publish): its restart is crash recovery,
+# which no recovery target stops, on the timeline it was promoted to, with
+# every acknowledged commit.
 #
 # Negative control: a copy of the cut data directory started without the
 # ring has neither marker.
@@ -23,6 +26,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
+use HcTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -67,12 +71,14 @@ $primary->start;
 $primary->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'the primary does not finish recovery';
 like(slurp_file($primary->logfile, $offset), qr/pmwal restored WAL/, 'the ring was restored');
+is($primary->safe_psql('postgres', 'SELECT timeline_id FROM pg_control_checkpoint()'), '1',
+	'the primary stays on timeline 1');
 my ($acked, $missing) = acked_check($primary, $load1);
 my ($acked2, $missing2) = acked_check($primary, $load2);
 is($missing + $missing2, 0,
 	"the primary has all $acked + $acked2 commits acknowledged before and after the restore point");
-# finish the segment that holds the restore point on the new timeline,
-# and wait for the archive to have it
+# finish the segment that holds the restore point, and wait for the
+# archive to have it
 my $last = $primary->safe_psql('postgres', 'SELECT pg_walfile_name(pg_switch_wal())');
 $primary->poll_query_until('postgres',
 	"SELECT last_archived_wal >= '$last' FROM pg_stat_archiver")
@@ -94,16 +100,17 @@ is($pitr->safe_psql('postgres', "SELECT count(*) FROM t WHERE id = $AFTER OR id 
 	'and nothing committed after it');
 
 # The recovered node keeps its recovery_target_name in postgresql.conf.  It
-# takes commits and loses power with a committer in its write window: the
-# recovery pmwal asks for must ignore that target (it would stop there,
-# before every commit since), end on a new timeline and keep them all.
+# takes commits and loses power with a committer held inside its WAL sync:
+# its restart must not stop at that target (it would stop before every
+# commit since), nor leave its timeline, and must keep them all.
 wait_accelerated($pitr, 't') or die 'commits on the recovered node are not accelerated';
+my $pitr_tli = $pitr->safe_psql('postgres', 'SELECT timeline_id FROM pg_control_checkpoint()');
 my $load3 = acked_load_start($pitr, tag => 'pitr', base => 30_000_000_000);
 $pitr->poll_query_until('postgres', 'SELECT count(*) >= 1000 FROM t WHERE id > 30000000000')
   or die "the load on the recovered node does not run: ${ $load3->{err} }";
 $load3->{h}->kill_kill;
 acked_load_finish($load3);
-my ($held) = hold_in_write_window($pitr, 't', 9_000_000_000);
+my ($held) = hold_commit($pitr, sub { 'INSERT INTO t VALUES (' . (9_000_000_000 + $_[0]) . ')' });
 powercut($pitr);
 bg_psql_finish($held);
 $offset = -s $pitr->logfile;
@@ -111,9 +118,11 @@ $pitr->start;
 $pitr->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'the recovered node does not finish recovery after its power cut';
 my $log = slurp_file($pitr->logfile, $offset);
-like($log, qr/pmwal: recovery ignores recovery_target_name = 'inside_ring'/,
-	"pmwal's recovery ignored the recovery target left in postgresql.conf");
-like($log, qr/recovery will end on a new timeline/, 'and ended on a new timeline');
+like($log, qr/pmwal restored WAL/, 'the recovered node restored its ring');
+unlike($log, qr/recovery stopping|starting archive recovery|starting point-in-time recovery/,
+	'its restart was crash recovery: the recovery target left in postgresql.conf played no part');
+is($pitr->safe_psql('postgres', 'SELECT timeline_id FROM pg_control_checkpoint()'), $pitr_tli,
+	"and it stays on timeline $pitr_tli");
 my ($acked3, $missing3) = acked_check($pitr, $load3);
 is($missing3, 0, "the recovered node has all $acked3 commits acknowledged since its recovery");
 $pitr->stop;
