@@ -1078,20 +1078,30 @@ sub hold_in_write_window
 # committer inserts $id into $table.  Returns the background psql
 # (bg_psql) of the held commit and its pid.  The held backend holds
 # WALWriteLock: every other commit waits until it is released.
+#
+# Another session's flush may cover the commit first (it then needs no
+# sync of its own and is acknowledged): up to three tries, each with the
+# next id ($id, $id + 1, ...); returns the id held as a third value.
 push @EXPORT, qw(hold_in_sync);
 sub hold_in_sync
 {
 	my ($node, $table, $id, %opts) = @_;
 	my $point = $opts{point} // 'sync_before_publish';
 	stop_server_process($node, $_) for qw(walwriter flusher);
-	my $offset = -s $node->logfile;
-	pause_rearm($node, $point);
-	my $held = bg_psql($node, "SET pmwal.test_pause = '$point'",
-		"INSERT INTO $table VALUES ($id)");
-	my $pid = pause_or_exit($node, $point, $offset, $held)
-	  or BAIL_OUT("the commit of $id into $table did not stop at $point: "
-		  . ${ $held->{err} });
-	return ($held, $pid);
+	for my $try (0 .. 2)
+	{
+		my $offset = -s $node->logfile;
+		pause_rearm($node, $point);
+		my $held = bg_psql($node, "SET pmwal.test_pause = '$point'",
+			"INSERT INTO $table VALUES (" . ($id + $try) . ")");
+		my $pid = pause_or_exit($node, $point, $offset, $held);
+		return ($held, $pid, $id + $try) if $pid;
+		my ($rc, $out, $err) = bg_psql_finish($held);
+		die "the commit to hold failed: $err" if $rc != 0;
+		Test::More::note("try $try: the commit of " . ($id + $try)
+			  . " was covered by another flush; holding the next one");
+	}
+	BAIL_OUT("no commit into $table could be held at $point");
 }
 
 # Digest of every file in the node's pg_wal and of its ring.
