@@ -138,8 +138,15 @@ pmwal_restore_timeline(ControlFileData *control, TimeLineID ring_tli,
 	restore_history = readTimeLineHistory(ring_tli);
 	from = history_entry(restore_history, ckpt_tli);
 	ring = history_entry(restore_history, ring_tli);
+	/*
+	 * The ring is anchored at the first write after the promotion, which
+	 * rewrites from its start the page in which the new timeline begins
+	 * (XLogWrite writes whole pages): the ring may begin in that page,
+	 * before the switch point; its bytes there are the old timeline's, as
+	 * the new timeline's first segment holds them.
+	 */
 	if (from == NULL || from->end == InvalidXLogRecPtr ||
-		control->checkPoint >= from->end || tail < ring->begin)
+		control->checkPoint >= from->end || tail < RING_PAGE(ring->begin))
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("pmwal ring \"%s\" holds WAL of timeline %u, which does not descend from the cluster's timeline %u before the ring starts; nothing was restored",

@@ -1,21 +1,38 @@
-# The write window: between a commit's write without fsync and its ring
-# copy, PostgreSQL trusts WAL that only the page cache holds.  Everything
-# that could keep those bytes out of the ring is decided before the write,
-# nothing waits after it, and no such write creates a segment file.
+# Nothing PostgreSQL trusts may be outside the ring or pg_wal's durable
+# part (converted to the sync layer; the file keeps its old name).
 #
-#	1. issue 9, item 3: the ring is nearly full and the flusher stopped; a
-#	   commit writes 300 kB.  It must not write first and then wait: while
-#	   it waits, another session evicts the page it updated; after a power
-#	   cut the never-acknowledged update must not reappear when its xid is
-#	   handed out again.
-#	2. issue 9, item 5: a transaction without an xid that wrote WAL (here a
-#	   non-transactional logical message) is not a commit anyone was
-#	   promised: it must not wait for ring space.
-#	3. issue 14, item 1: a write without fsync crosses into a new segment
-#	   while the flusher is stopped, then a checkpoint writes its record
-#	   there and the power goes: the segment's directory entry must be
-#	   durable (the flusher prepared it), so the cluster starts and nothing
-#	   acknowledged is lost.
+# The code before the sync layer wrote a commit's WAL without fsync and
+# copied it into the ring afterwards: between the two ("the write
+# window") PostgreSQL trusted WAL only the page cache held.  That window
+# is gone: a WAL write is copied into the ring before it is written, and
+# PostgreSQL trusts it (moves its flush pointer) only after its sync,
+# which pmwal answers from the ring.  The hazards this file guarded, at
+# the sync layer's own dangerous points:
+#
+#	1. issue 9, item 3: a commit that needs more room than the ring has
+#	   must not write first and then wait.  Now a writer that finds the
+#	   ring full syncs pg_wal itself before it writes (wal_ring.c reserve,
+#	   ring_make_durable); it is held there (durable_after_sync, holding
+#	   WALWriteLock) while another session evicts the page its transaction
+#	   updated: the eviction must wait for the WAL (the page must not reach
+#	   disk), and after a power cut the never-acknowledged update must not
+#	   reappear when its xid is handed out again.  Negative control: the
+#	   old build held at its write window (commit_after_write) lets the
+#	   page reach disk, and the update reappears (run when the old build is
+#	   at hand: PMWAL_OLD_LIBDIR, default /work/old on PostgreSQL 15).
+#	2. issue 9, item 5: a transaction without an xid that wrote WAL (a
+#	   non-transactional logical message) is no commit anyone was
+#	   promised: its COMMIT does not wait while a writer that found the
+#	   ring full is held in its sync (a commit with an xid does wait).
+#	3. issue 14, item 1: WAL crossing into a new segment (created by
+#	   XLogFileInit inside a backend's write) while the flusher is
+#	   stopped, then a checkpoint whose record lies there, then the power
+#	   goes: the segment's directory entry must be durable.  Nobody
+#	   prepares segments any more; PostgreSQL's own durable_rename syncs
+#	   pg_wal/ (pmwal answers only syncs of WAL segment files).  The
+#	   cluster must start, no rename may be undone, nothing acknowledged
+#	   may be lost.  (t/016 holds a committer in its sync across new
+#	   segments too.)
 use strict;
 use warnings;
 use FindBin;
@@ -23,46 +40,106 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
+use hF;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $MB = 1024 * 1024;
+my $started = Time::HiRes::time();
 
-# Checkpoint, then wait until the ring covers all WAL flushed: what the
-# setup wrote outside commits (on 18, with data checksums, hint bits write
-# whole pages) would otherwise count towards the first commit after the
-# flusher stops, and every commit would be too large for the ring.
-sub settle
-{
-	my ($node) = @_;
-	$node->safe_psql('postgres', 'CHECKPOINT');
-	$node->poll_query_until('postgres', q{
-SELECT GREATEST(head_lsn, durable_lsn) >= pg_current_wal_flush_lsn() FROM pmwal_status})
-	  or die 'the ring does not catch up with the WAL flushed';
-	return;
-}
-
-# Commit logical messages until the ring (8 MB, flusher stopped) holds
-# within $slack bytes of its capacity, or a commit no longer fits.
+# Commit logical messages until the ring (flusher stopped) holds within
+# $slack bytes of its capacity; no commit may find it full on the way.
 sub fill_ring
 {
 	my ($node, $slack) = @_;
+	my $full = pmwal_status($node)->{ring_full};
 	for (1 .. 40)
 	{
 		my $st = pmwal_status($node);
 		my $room = $st->{capacity} - $st->{bytes_in_use} - $slack;
-		last if $room <= 0;
-		my $full = $st->{fallback_full};
-		my $size = $room > $MB ? $MB : ($room > 2000 ? $room - 1000 : 1000);
+		last if $room <= 20000;
+		my $size = $room > $MB ? $MB : $room - 16384;
 		$node->safe_psql('postgres',
 			"SELECT pg_logical_emit_message(true, 'fill', repeat('x', $size))");
-		last if pmwal_status($node)->{fallback_full} > $full;
 	}
-	return pmwal_status($node);
+	my $st = pmwal_status($node);
+	die "fill_ring: a fill commit found the ring full" if $st->{ring_full} != $full;
+	return $st;
 }
 
-# --- 1. no waiting after the write (issue 9, item 3) ------------------------
+# Is a session running $query waiting for the WAL write lock?
+sub waits_for_walwrite
+{
+	my ($node, $query) = @_;
+	$query =~ s/'/''/g;
+	return $node->poll_query_until('postgres', qq{
+SELECT count(*) > 0 FROM pg_stat_activity WHERE query = '$query' AND wait_event = 'WALWrite'});
+}
+
+# Wait until the background psql $bg running $query ends (1) or waits
+# for the WAL write lock (0).
+sub ends_or_waits
+{
+	my ($node, $bg, $query) = @_;
+	$query =~ s/'/''/g;
+	my $deadline = Time::HiRes::time() + 120;
+	while ($bg->{h}->pumpable)
+	{
+		die "the query neither ends nor waits: $query" if Time::HiRes::time() > $deadline;
+		return 0 if $node->safe_psql('postgres', qq{
+SELECT count(*) FROM pg_stat_activity WHERE query = '$query' AND wait_event = 'WALWrite'}) ne '0';
+		eval { $bg->{h}->pump_nb };
+		Time::HiRes::usleep(50_000);
+	}
+	return 1;
+}
+
+# The evict scenario on $node: t(1, 'orig'), filler bigger than shared
+# buffers; $hold->() holds the committer of t's update (returns the
+# background psql) at the dangerous point.  Returns (the file of t holds
+# the unacknowledged update, v after restart, v after xids were reused).
+sub evict_case
+{
+	my ($node, $name, $hold) = @_;
+	powercut_start($node);
+	$node->safe_psql('postgres', q{
+CREATE EXTENSION pg_prewarm;
+CREATE TABLE t (id int PRIMARY KEY, v text);
+INSERT INTO t VALUES (1, 'orig');
+CREATE TABLE filler AS SELECT g, repeat('f', 200) AS f FROM generate_series(1, 100000) g});
+	# prune now: a later query that prunes a catalog page would write WAL
+	$node->safe_psql('postgres', 'VACUUM');
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	my $file = $node->data_dir . '/'
+	  . $node->safe_psql('postgres', q{SELECT pg_relation_filepath('t')});
+	my $bg = $hold->();
+
+	# evict the updated page: three passes over filler through 16 MB of
+	# shared buffers
+	my $prewarm = q{SELECT pg_prewarm('filler', 'buffer') FROM generate_series(1, 3)};
+	my $ev = bg_psql($node, $prewarm);
+	my $done = ends_or_waits($node, $ev, $prewarm);
+	note("$name: the eviction " . ($done ? 'completed' : 'waits'));
+	my $on_disk = slurp_file($file) =~ /unacked/ ? 1 : 0;
+
+	my $cut = powercut($node);
+	note("$name: $cut->{summary}");
+	my ($rc) = bg_psql_finish($bg);
+	isnt($rc, 0, "$name: the commit of the update was never acknowledged");
+	bg_psql_finish($ev);
+	forget_pauses($node);
+	$node->start;
+	my $v1 = $node->safe_psql('postgres', 'SELECT v FROM t WHERE id = 1');
+	# hand out the next xids: if the lost transaction's xid is among them,
+	# its update becomes visible as if committed
+	$node->safe_psql('postgres', 'SELECT txid_current()') for 1 .. 5;
+	my $v2 = $node->safe_psql('postgres', 'SELECT v FROM t WHERE id = 1');
+	$node->stop;
+	return ($on_disk, $v1, $v2, $done);
+}
+
+# --- 1. a writer that finds the ring full syncs before it writes -----------
 {
 	my $node = pmwal_node('evict', size => '8MB', conf => QUIET_WAL . q{
 pmwal.flush_interval = 60s
@@ -70,56 +147,57 @@ shared_buffers = 16MB
 wal_buffers = 4MB
 autovacuum = off
 });
-	powercut_start($node);
-	$node->safe_psql('postgres', q{
-CREATE EXTENSION pmwal; CREATE EXTENSION pg_prewarm;
-CREATE TABLE t (id int PRIMARY KEY, v text);
-INSERT INTO t VALUES (1, 'orig');
-CREATE TABLE filler AS SELECT g, repeat('f', 200) AS f FROM generate_series(1, 100000) g});
-	# prune now: a later query that prunes a catalog page would write WAL
-	# and, on the code before the fix, flush it (hiding the window)
-	$node->safe_psql('postgres', 'VACUUM');
-	wait_accelerated($node, 't') or die 'evict: commits are not accelerated';
-	settle($node);
-	# the WAL writer, woken by an asynchronous commit record, may flush it
-	# for real before the committer's own write without fsync, hiding the
-	# window: stopped, the committer's write is the one that counts
-	stop_server_process($node, 'flusher');
-	stop_server_process($node, 'walwriter');
-	my $st = fill_ring($node, 200 * 1024);
-	note("evict: the ring holds $st->{bytes_in_use} of $st->{capacity} bytes");
+	my ($on_disk, $v1, $v2, $evicted) = evict_case($node, 'evict', sub {
+		$node->safe_psql('postgres', 'CREATE EXTENSION pmwal');
+		wait_accelerated($node, 't') or die 'evict: commits are not accelerated';
+		stop_server_process($node, $_) for qw(flusher walwriter);
+		my $st = fill_ring($node, 200 * 1024);
+		note("evict: the ring holds $st->{bytes_in_use} of $st->{capacity} bytes");
+		# the update and a 300 kB message, then COMMIT: no room for it
+		my ($bg, $pid) = hold_at($node, 'durable_after_sync', 'BEGIN',
+			q{UPDATE t SET v = 'unacked' WHERE id = 1},
+			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT');
+		my $held = pmwal_status($node);
+		is($held->{ring_full} - $st->{ring_full}, 1,
+			'evict: the commit found the ring full and is held in its own sync of pg_wal');
+		my ($ok, $txt) = flush_covered($node);
+		ok($ok, "evict: the flush pointer is covered while it is held ($txt)");
+		return $bg;
+	});
+	ok(!$evicted, 'evict: the eviction of the updated page waits for its WAL');
+	ok(!$on_disk, 'evict: the page with the unacknowledged update is not on disk when the power goes');
+	is($v1, 'orig', 'evict: after the power cut the row is as it was');
+	is($v2, $v1, 'evict: the row stays as it was when xids are reused');
+}
 
-	# the update and a 300 kB message, then COMMIT: no room for it
-	my $bg = bg_psql($node, 'BEGIN', q{UPDATE t SET v = 'unacked' WHERE id = 1},
-		q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT');
-	$node->poll_query_until('postgres', q{
-SELECT count(*) = 1 FROM pg_stat_activity
- WHERE query = 'COMMIT' AND wait_event_type = 'Extension'})
-	  or die 'evict: the commit does not wait for room';
-	ok(1, 'evict: the commit waits for room in the ring');
-
-	# evict the updated page: it is written to the data file now
-	$node->safe_psql('postgres', q{SELECT pg_prewarm('filler', 'buffer') FROM generate_series(1, 3)});
-	my $file = $node->data_dir . '/'
-	  . $node->safe_psql('postgres', q{SELECT pg_relation_filepath('t')});
-	ok(slurp_file($file) =~ /unacked/, 'evict: the page with the unacknowledged update is on disk');
-	is($node->safe_psql('postgres', q{
-SELECT count(*) FROM pg_stat_activity
- WHERE query = 'COMMIT' AND wait_event_type = 'Extension'}), '1',
-		'evict: the commit still waits when the power goes');
-
-	my $cut = powercut($node);
-	note("evict: $cut->{summary}");
-	my ($rc) = bg_psql_finish($bg);
-	isnt($rc, 0, 'evict: the commit was never acknowledged');
-	$node->start;
-	my $v1 = $node->safe_psql('postgres', 'SELECT v FROM t WHERE id = 1');
-	# hand out the next xids: if the lost transaction's xid is among them,
-	# its update becomes visible as if committed
-	$node->safe_psql('postgres', 'SELECT txid_current()') for 1 .. 5;
-	my $v2 = $node->safe_psql('postgres', 'SELECT v FROM t WHERE id = 1');
-	is($v2, $v1, "evict: the row stays as recovery left it ($v1) when xids are reused");
-	$node->stop;
+# --- 1, negative control: the old build at its write window -----------------
+SKIP:
+{
+	my ($major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
+	my $old = $ENV{PMWAL_OLD_LIBDIR} // ($major == 15 ? '/work/old' : '');
+	skip 'the old build (PMWAL_OLD_LIBDIR) is not at hand', 3 unless $old && -f "$old/pmwal.so";
+	my $node;
+	{
+		local $ENV{PMWAL_TEST_LIBDIR} = $old;
+		$node = pmwal_node('evict_old', size => '8MB', conf => QUIET_WAL . q{
+pmwal.flush_interval = 60s
+shared_buffers = 16MB
+wal_buffers = 4MB
+autovacuum = off
+});
+	}
+	my ($on_disk, $v1, $v2) = evict_case($node, 'evict_old', sub {
+		$node->safe_psql('postgres', q{CREATE EXTENSION pmwal VERSION '1.0'});
+		wait_accelerated($node, 't') or die 'evict_old: commits are not accelerated';
+		stop_server_process($node, $_) for qw(flusher walwriter);
+		my ($bg) = hold_at($node, 'commit_after_write', 'BEGIN',
+			q{UPDATE t SET v = 'unacked' WHERE id = 1},
+			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT');
+		return $bg;
+	});
+	ok($on_disk, 'negative control: the old build held in its write window lets the page reach disk');
+	is($v1, 'orig', 'negative control: after the power cut the row looks as it was');
+	isnt($v2, $v1, "negative control: when xids are reused the lost update reappears ($v2)");
 }
 
 # --- 2. a transaction without an xid does not wait (issue 9, item 5) -------
@@ -127,33 +205,36 @@ SELECT count(*) FROM pg_stat_activity
 	my $node = pmwal_node('readonly', size => '8MB',
 		conf => QUIET_WAL . "pmwal.flush_interval = 60s\nautovacuum = off\n");
 	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION pmwal; CREATE TABLE t (id int)');
+	$node->safe_psql('postgres', 'CREATE EXTENSION pmwal; CREATE TABLE t (id int); CHECKPOINT');
 	wait_accelerated($node, 't') or die 'readonly: commits are not accelerated';
-	settle($node);
-	stop_server_process($node, 'flusher');
-	stop_server_process($node, 'walwriter');
-	fill_ring($node, 200 * 1024);
+	stop_server_process($node, $_) for qw(flusher walwriter);
+	my $st = fill_ring($node, 200 * 1024);
 
-	# R writes WAL without an xid, then sleeps; C commits meanwhile (and,
-	# the ring being full, waits for room); then R commits
-	my $r = bg_psql($node, 'BEGIN', q{SELECT pg_logical_emit_message(false, 'r', 'x')},
-		'SELECT pg_sleep(0.5)', 'COMMIT');
-	$node->poll_query_until('postgres',
-		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(0.5)'})
-	  or die 'readonly: R does not run';
-	my $waits = pmwal_status($node)->{space_waits};
-	my $c = bg_psql($node, q{SELECT pg_logical_emit_message(true, 'c', repeat('z', 300000))});
-	my $t0 = Time::HiRes::time();
-	my ($rc_r) = bg_psql_finish($r);
-	my $r_took = Time::HiRes::time() - $t0;
-	bg_psql_finish($c);
-	is($rc_r, 0, 'readonly: R committed');
-	is(pmwal_status($node)->{space_waits} - $waits, 1,
-		"readonly: only the commit with an xid waited for room (R's commit took ${r_took}s after C began)");
+	# R writes WAL without an xid in an open transaction
+	my $r = session($node);
+	send_and_wait($r, "BEGIN;\nSELECT pg_logical_emit_message(false, 'r', 'x');\nSELECT 'wrote';\n", qr/^wrote$/m);
+	# C finds the ring full and is held in its sync, holding WALWriteLock
+	my ($c) = hold_at($node, 'durable_after_sync',
+		q{SELECT pg_logical_emit_message(true, 'c', repeat('z', 300000))});
+	is(pmwal_status($node)->{ring_full} - $st->{ring_full}, 1, 'readonly: C found the ring full and is held');
+	# X, a commit with an xid, waits behind C
+	my $x = bg_psql($node, 'INSERT INTO t VALUES (1)');
+	ok(waits_for_walwrite($node, 'INSERT INTO t VALUES (1)'), 'readonly: a commit with an xid waits for the WAL write lock');
+	send_and_wait($r, "COMMIT;\nSELECT 'committed';\n", qr/^committed$/m, 30);
+	ok(1, 'readonly: R, without an xid, commits while C is held');
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE query = 'INSERT INTO t VALUES (1)' AND wait_event = 'WALWrite'}),
+		'1', 'readonly: the commit with an xid still waits');
+	my ($ok, $txt) = flush_covered($node);
+	ok($ok, "readonly: the flush pointer is covered ($txt)");
+	pause_release($node, 'durable_after_sync');
+	my ($rc_c) = bg_psql_finish($c);
+	my ($rc_x) = bg_psql_finish($x);
+	is("$rc_c $rc_x", '0 0', 'readonly: C and the commit behind it complete once C is released');
+	session_end($r);
 	$node->stop('immediate');
 }
 
-# --- 3. a checkpoint in a segment a write without fsync entered (14.1) -----
+# --- 3. a checkpoint in a segment created inside a WAL write (14.1) --------
 {
 	my $node = pmwal_node('ckpt', size => '64MB',
 		conf => QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\n");
@@ -164,26 +245,32 @@ SELECT count(*) FROM pg_stat_activity
 	my $load = acked_load_start($node, tag => 'ckpt');
 	$node->poll_query_until('postgres', 'SELECT count(*) >= 300 FROM t')
 	  or die "ckpt: the load does not run: ${ $load->{err} }";
-	my $prepared = pmwal_status($node)->{segments_prepared} // 0;
 	stop_server_process($node, 'flusher');
-	my $seg = $node->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');
+	# the newest segment file now (one may have been created ahead): the
+	# load must write into one beyond it, which its writes create
+	my ($syncs, @before) = split /\n/, $node->safe_psql('postgres',
+		'SELECT sync_rounds::text FROM pmwal_status UNION ALL (SELECT name FROM pg_ls_waldir())');
+	my ($seg) = reverse sort grep { /^[0-9A-F]{24}$/ } @before;
 	$node->poll_query_until('postgres',
 		"SELECT pg_walfile_name(pg_current_wal_insert_lsn()) > '$seg'")
 	  or die 'ckpt: the load does not reach the next segment';
-	# no commit follows to carry the checkpoint record into the ring
 	$load->{h}->kill_kill;
 	acked_load_finish($load);
+	my %had = map { $_ => 1 } @before;
+	my @new = grep { !$had{$_} } split /\n/, $node->safe_psql('postgres', 'SELECT name FROM pg_ls_waldir()');
+	cmp_ok(scalar @new, '>', 0, "ckpt: the load's writes created a segment (@new)");
+	is(pmwal_status($node)->{sync_rounds}, $syncs, 'ckpt: pmwal synced nothing meanwhile (flusher stopped)');
 	$node->safe_psql('postgres', 'CHECKPOINT');
-	cmp_ok($prepared, '>', 0, "ckpt: the flusher had prepared segments ahead ($prepared)");
-	my $redo = $node->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()');
+	my $ckpt = $node->safe_psql('postgres', 'SELECT pg_walfile_name(checkpoint_lsn) FROM pg_control_checkpoint()');
+	ok((grep { $_ eq $ckpt } @new), "ckpt: the checkpoint record is in it ($ckpt)");
 	my $cut = powercut($node);
-	note("ckpt: checkpoint redo $redo; $cut->{summary}");
+	note("ckpt: $cut->{summary}");
 	# The hazard is the directory entry of the segment holding the
-	# checkpoint record: on the code before the fix a write without fsync
-	# created it and nothing synced pg_wal/ (the cut then undid its rename
-	# and the start failed with "could not locate a valid checkpoint
-	# record").  Now the flusher created it ahead, with pg_wal/ synced.
-	is($cut->{renames}, 0, 'ckpt: no segment rename was lost in the power cut');
+	# checkpoint record: the code before the write-window fix created it
+	# inside a write without fsync and nothing synced pg_wal/ (the cut then
+	# undid its rename and the start failed with "could not locate a valid
+	# checkpoint record").
+	is($cut->{renames} + $cut->{removed}, 0, 'ckpt: no segment rename or creation was lost in the power cut');
 	my $offset = -s $node->logfile;
 	ok($node->start(fail_ok => 1), 'ckpt: the server starts after the power cut')
 	  or diag(slurp_file($node->logfile, $offset));
@@ -195,4 +282,5 @@ SELECT count(*) FROM pg_stat_activity
 	}
 }
 
+diag(sprintf('%.0f s', Time::HiRes::time() - $started));
 done_testing();
