@@ -18,9 +18,15 @@
 # (same CPU or not), which on a 2-vCPU VM swings the same cell by up to 2x
 # from run to run.  -U leaves them unpinned.
 #
+# With -S, a stock streaming standby on the same machine (port+1) is the
+# synchronous standby (synchronous_standby_names), and A and B commit at
+# synchronous_commit = LEVEL (-l: on, remote_write or remote_apply): A is
+# stock synchronous replication, B the same with pmwal answering the
+# primary's local WAL syncs, C synchronous_commit = off (no wait at all).
+#
 # Run as an unprivileged user with pmwal installed:
 #   bench/compare.sh [-d seconds] [-r rounds] [-c "1 4 16"] [-w "insert tpcb"]
-#                    [-s scale] [-o outdir] [-p port] [-U]
+#                    [-s scale] [-o outdir] [-p port] [-U] [-S [-l level]]
 set -eu
 
 duration=15
@@ -30,9 +36,11 @@ workloads="insert tpcb"
 scale=10
 port=5497
 pin_single=yes
+standby=no
+level=on
 here=$(cd "$(dirname "$0")" && pwd)
 out="$here/results/$(date +%Y%m%d-%H%M%S)"
-while getopts "d:r:c:w:s:o:p:U" opt; do
+while getopts "d:r:c:w:s:o:p:USl:" opt; do
 	case $opt in
 		d) duration=$OPTARG ;;
 		r) rounds=$OPTARG ;;
@@ -42,7 +50,9 @@ while getopts "d:r:c:w:s:o:p:U" opt; do
 		o) out=$OPTARG ;;
 		p) port=$OPTARG ;;
 		U) pin_single=no ;;
-		*) sed -n '2,22p' "$0"; exit 2 ;;
+		S) standby=yes ;;
+		l) level=$OPTARG ;;
+		*) sed -n '2,30p' "$0"; exit 2 ;;
 	esac
 done
 if [ "$(id -u)" = 0 ]; then
@@ -59,9 +69,11 @@ ring="/dev/shm/pmwal_bench_$(id -u)_$port.ring"
 log="$out/server.log"
 export PGHOST="$out" PGPORT="$port" PGDATABASE=postgres
 
+sdata="$out/standby"
 cleanup() {
 	pg_ctl -D "$data" -m fast stop >/dev/null 2>&1 || true
-	rm -rf "$data" "$ring"
+	pg_ctl -D "$sdata" -m fast stop >/dev/null 2>&1 || true
+	rm -rf "$data" "$sdata" "$ring"
 }
 trap cleanup EXIT
 
@@ -87,6 +99,23 @@ autovacuum = off
 CONF
 PMEM_IS_PMEM_FORCE=1 pg_ctl -D "$data" -l "$log" -w start >/dev/null
 psql -qX -c "CREATE EXTENSION pmwal" -c "CREATE TABLE bench_insert (id bigint, payload text)"
+if [ "$standby" = yes ]; then
+	echo "== a stock synchronous standby in $sdata (port $((port + 1)))"
+	rm -rf "$sdata"
+	pg_basebackup -D "$sdata" -R -X stream -c fast >/dev/null
+	cat >> "$sdata/postgresql.conf" <<CONF
+port = $((port + 1))
+shared_preload_libraries = ''
+pmwal.path = ''
+primary_conninfo = 'host=$out port=$port application_name=standby'
+CONF
+	pg_ctl -D "$sdata" -l "$out/standby.log" -w start >/dev/null
+	psql -qX -c "ALTER SYSTEM SET synchronous_standby_names = 'standby'" -c "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 1 100); do
+		[ "$(psql -qAtX -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'")" = sync ] && break
+		sleep 0.1
+	done
+fi
 pgbench -q -i -s "$scale" >/dev/null 2>&1
 echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgbench');" > "$out/insert.sql"
 
@@ -99,6 +128,7 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 	echo "server: $(postgres --version)"
 	echo "pg_wal file system: $(df -T "$data/pg_wal" | awk 'NR==2 {print $2" on "$1}')"
 	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=30min wal_sync_method=fdatasync pmwal.size=64MB autovacuum=off (VACUUM before each TPC-B cell)"
+	[ "$standby" = yes ] && echo "synchronous replication: a stock standby on this machine; A and B at synchronous_commit = $level, C at off"
 	echo "duration per cell: ${duration}s, rounds: $rounds, clients: $clients, pgbench scale: $scale"
 	if [ "$pin_single" = yes ]; then
 		echo "1-client cells: server on CPU 1, pgbench on CPU 0; other cells unpinned"
@@ -113,8 +143,8 @@ cat "$out/machine.txt"
 
 configure() {
 	case $1 in
-		A) sc=on; en=off ;;
-		B) sc=on; en=on ;;
+		A) sc=$level; en=off ;;
+		B) sc=$level; en=on ;;
 		C) sc=off; en=off ;;
 	esac
 	psql -qX -c "ALTER SYSTEM SET synchronous_commit = $sc" -c "ALTER SYSTEM SET pmwal.enabled = $en" -c "SELECT pg_reload_conf()" >/dev/null
@@ -202,4 +232,9 @@ for r in $(seq 1 "$rounds"); do
 done
 rm -rf "$out/txlog"
 
-"$here/summarize.sh" "$out"
+if [ "$standby" = yes ]; then
+	LEGEND="A = stock synchronous replication (synchronous_commit=$level, a standby on this machine), B = the same with pmwal (emulated ring), C = synchronous_commit=off (ceiling)." \
+		"$here/summarize.sh" "$out"
+else
+	"$here/summarize.sh" "$out"
+fi

@@ -25,7 +25,7 @@ END {
 
 {
 	echo "Medians over $(awk -F, 'NR>1 {print $1}' "$csv" | sort -u | wc -l) interleaved rounds."
-	echo "A = stock synchronous_commit=on, B = pmwal (emulated ring), C = synchronous_commit=off (ceiling)."
+	echo "${LEGEND:-A = stock synchronous_commit=on, B = pmwal (emulated ring), C = synchronous_commit=off (ceiling).}"
 	echo
 	echo "| workload | clients | TPS A | TPS B | TPS C | B/A | B/C | p99 ms A | p99 ms B | p99 ms C | avg ms B | fsyncs A | fsyncs B | fsyncs A/B |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
