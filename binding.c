@@ -85,8 +85,12 @@ static uint64 written_generation = 0;
  * The binding file
  * --------------------------------------------------------------------- */
 
+/*
+ * Read the binding file; a file that cannot be read is reported at
+ * "elevel" and, when that is below ERROR, taken as damaged.
+ */
 static BindingState
-binding_read(BindingSlot *slot)
+binding_read_at(BindingSlot *slot, int elevel)
 {
 	char		file[2 * BINDING_SLOT_SIZE];
 	const BindingSlot *best;
@@ -94,25 +98,30 @@ binding_read(BindingSlot *slot)
 	int			fd;
 
 	fd = open(BINDING_PATH, O_RDONLY | O_NOFOLLOW | PG_BINARY | O_CLOEXEC);
-	if (fd < 0)
-	{
-		if (errno == ENOENT)
-			return BINDING_ABSENT;
-		ereport(FATAL,
-				(errcode_for_file_access(),
-				 errmsg("could not open file \"%s\": %m", BINDING_PATH)));
-	}
-	n = pg_pread(fd, file, sizeof(file), 0);
-	close(fd);
+	if (fd < 0 && errno == ENOENT)
+		return BINDING_ABSENT;
+	n = fd < 0 ? -1 : pg_pread(fd, file, sizeof(file), 0);
 	if (n < 0)
-		ereport(FATAL,
+	{
+		ereport(elevel,
 				(errcode_for_file_access(),
 				 errmsg("could not read file \"%s\": %m", BINDING_PATH)));
+		if (fd >= 0)
+			close(fd);
+		return BINDING_DAMAGED;
+	}
+	close(fd);
 	best = binding_pick(file, n);
 	if (best == NULL)
 		return BINDING_DAMAGED;
 	memcpy(slot, best, sizeof(BindingSlot));
 	return BINDING_VALID;
+}
+
+static BindingState
+binding_read(BindingSlot *slot)
+{
+	return binding_read_at(slot, FATAL);
 }
 
 static void
@@ -129,26 +138,6 @@ fill_slot(BindingSlot *slot, uint64 sysid, uint64 generation)
 	slot->crc = binding_slot_crc(slot);
 }
 
-static void
-write_fully(int fd, const char *buf, size_t len, off_t off, const char *path, int elevel)
-{
-	while (len > 0)
-	{
-		ssize_t		n = pg_pwrite(fd, buf, len, off);
-
-		if (n <= 0)
-		{
-			ereport(elevel,
-					(errcode_for_file_access(),
-					 errmsg("could not write file \"%s\": %m", path)));
-			return;
-		}
-		buf += n;
-		len -= n;
-		off += n;
-	}
-}
-
 /*
  * May the binding "slot" be written into the existing file in place, into
  * the slot of its generation?  Only if the file's binding is of the same
@@ -162,21 +151,12 @@ write_fully(int fd, const char *buf, size_t len, off_t off, const char *path, in
 static bool
 binding_in_place(const BindingSlot *slot)
 {
-	char		file[2 * BINDING_SLOT_SIZE];
-	const BindingSlot *cur;
-	ssize_t		n;
-	int			fd;
+	BindingSlot cur;
 
-	fd = open(BINDING_PATH, O_RDONLY | O_NOFOLLOW | PG_BINARY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = pg_pread(fd, file, sizeof(file), 0);
-	close(fd);
-	if (n != sizeof(file) || (cur = binding_pick(file, n)) == NULL)
-		return false;
-	return memcmp(cur->ring_id, slot->ring_id, RING_ID_LEN) == 0 &&
-		cur->system_identifier == slot->system_identifier &&
-		cur->generation < slot->generation;
+	return binding_read_at(&cur, WARNING) == BINDING_VALID &&
+		memcmp(cur.ring_id, slot->ring_id, RING_ID_LEN) == 0 &&
+		cur.system_identifier == slot->system_identifier &&
+		cur.generation < slot->generation;
 }
 
 /*
@@ -209,9 +189,9 @@ binding_write(uint64 sysid, uint64 generation, int elevel)
 					 errmsg("could not create file \"%s\": %m", tmp)));
 			return false;
 		}
-		write_fully(fd, buf, sizeof(buf), 0, tmp, elevel);
-		write_fully(fd, buf, sizeof(buf), BINDING_SLOT_SIZE, tmp, elevel);
-		if (!pmwal_fsync_fd(fd, tmp, elevel))
+		if (!pmwal_write_fully(fd, buf, sizeof(buf), 0, tmp, elevel) ||
+			!pmwal_write_fully(fd, buf, sizeof(buf), BINDING_SLOT_SIZE, tmp, elevel) ||
+			!pmwal_fsync_fd(fd, tmp, elevel))
 		{
 			close(fd);
 			return false;
@@ -237,9 +217,9 @@ binding_write(uint64 sysid, uint64 generation, int elevel)
 					 errmsg("could not open file \"%s\": %m", BINDING_PATH)));
 			return false;
 		}
-		write_fully(fd, buf, sizeof(buf), (generation % 2) * BINDING_SLOT_SIZE,
-					BINDING_PATH, elevel);
-		if (!pmwal_fsync_fd(fd, BINDING_PATH, elevel))
+		if (!pmwal_write_fully(fd, buf, sizeof(buf), (generation % 2) * BINDING_SLOT_SIZE,
+							   BINDING_PATH, elevel) ||
+			!pmwal_fsync_fd(fd, BINDING_PATH, elevel))
 		{
 			close(fd);
 			return false;

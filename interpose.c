@@ -151,21 +151,6 @@ wrap_open(const char *path, int flags,...)
 	return fd;
 }
 
-static int
-wrap_open64(const char *path, int flags,...)
-{
-	va_list		ap;
-	mode_t		mode;
-	int			fd;
-
-	va_start(ap, flags);
-	mode = open_mode(flags, ap);
-	va_end(ap);
-	fd = open64(path, flags, mode);
-	classify(fd, path, flags);
-	return fd;
-}
-
 /* glibc's _FORTIFY_SOURCE entry for open() with two arguments */
 static int
 wrap_open_2(const char *path, int flags)
@@ -202,28 +187,10 @@ wrap_close(int fd)
 	return close(fd);
 }
 
+/* A descriptor duplicated from "oldfd" is what oldfd is. */
 static int
-wrap_dup2(int oldfd, int newfd)
+inherit(int oldfd, int fd)
 {
-	int			fd = dup2(oldfd, newfd);
-
-	if (fd >= 0 && fd < FD_TABLE_SIZE)
-	{
-		const WalFd *w = lookup(oldfd);
-
-		if (w)
-			fd_table[fd] = *w;
-		else
-			forget(fd);
-	}
-	return fd;
-}
-
-static int
-wrap_dup3(int oldfd, int newfd, int flags)
-{
-	int			fd = dup3(oldfd, newfd, flags);
-
 	if (fd >= 0 && fd < FD_TABLE_SIZE)
 	{
 		const WalFd *w = lookup(oldfd);
@@ -239,18 +206,19 @@ wrap_dup3(int oldfd, int newfd, int flags)
 static int
 wrap_dup(int oldfd)
 {
-	int			fd = dup(oldfd);
+	return inherit(oldfd, dup(oldfd));
+}
 
-	if (fd >= 0 && fd < FD_TABLE_SIZE)
-	{
-		const WalFd *w = lookup(oldfd);
+static int
+wrap_dup2(int oldfd, int newfd)
+{
+	return inherit(oldfd, dup2(oldfd, newfd));
+}
 
-		if (w)
-			fd_table[fd] = *w;
-		else
-			forget(fd);
-	}
-	return fd;
+static int
+wrap_dup3(int oldfd, int newfd, int flags)
+{
+	return inherit(oldfd, dup3(oldfd, newfd, flags));
 }
 
 /* A write of any kind that is not a pwrite into a WAL segment. */
@@ -334,7 +302,7 @@ typedef struct Wrapper
 
 static const Wrapper wrappers[] = {
 	{"open", (void *) wrap_open},
-	{"open64", (void *) wrap_open64},
+	{"open64", (void *) wrap_open},	/* the same call on 64-bit systems */
 	{"__open_2", (void *) wrap_open_2},
 	{"__open64_2", (void *) wrap_open_2},
 	{"openat", (void *) wrap_openat},

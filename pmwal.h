@@ -108,6 +108,7 @@ extern bool ring_set_word(volatile uint64 *word, uint64 value);
 extern void ring_set_word_or_die(volatile uint64 *word, uint64 value);
 extern void ring_copy_in(XLogRecPtr start, const char *src, size_t len);
 extern bool ring_drain(XLogRecPtr start, XLogRecPtr end);
+extern ssize_t ring_write_out(int fd, XLogRecPtr start, size_t len, off_t offset);
 extern void ring_write_owner(uint64 generation);
 
 /* Counters shown by pmwal_status; reset when the server (re)starts. */
@@ -222,6 +223,8 @@ extern void ring_free_up_to(XLogRecPtr durable);
 extern void pmwal_sync_range(XLogRecPtr upto);
 extern bool pmwal_fsync_fd(int fd, const char *path, int elevel);
 extern bool pmwal_fsync_path(const char *path, bool isdir, int elevel);
+extern bool pmwal_write_fully(int fd, const char *buf, size_t len, off_t off,
+							  const char *path, int elevel);
 
 /* binding.c: what a start does with the ring it found */
 typedef enum RestorePlan

@@ -152,28 +152,45 @@ check_ring_after(XLogRecPtr end, XLogRecPtr tail, XLogRecPtr head, TimeLineID tl
 {
 	XLogRecPtr	rec = end;
 	uint32		tot_len;
+	uint32		got;
 
 	if (rec % XLOG_BLCKSZ == 0)
 		rec += rec % wal_segment_size == 0 ? SizeOfXLogLongPHD : SizeOfXLogShortPHD;
 	/* xl_tot_len comes first; records are MAXALIGNed, so it never spans pages */
 	memcpy(&tot_len, pmwal_ring->data + RING_OFFSET(pmwal_ring->capacity, rec),
 		   sizeof(tot_len));
-	if (tot_len < SizeOfXLogRecord || rec + tot_len <= head)
-		return psprintf("the record at %X/%X, which the ring holds whole (%u bytes), does not read cleanly",
-						LSN_FORMAT_ARGS(rec), tot_len);
-	for (XLogRecPtr page = Max(RING_PAGE(end) + XLOG_BLCKSZ, tail); page < head; page += XLOG_BLCKSZ)
+	if (tot_len < SizeOfXLogRecord)
+		return psprintf("the record at %X/%X is %u bytes long", LSN_FORMAT_ARGS(rec), tot_len);
+
+	/*
+	 * Follow the record through the ring's pages as XLogReader would: each
+	 * must continue it (xlp_rem_len: what is left of it), and it must not
+	 * end before the head -- page headers included, which is why its LSN
+	 * end is not rec + tot_len.
+	 */
+	got = Min(tot_len, RING_PAGE(rec) + XLOG_BLCKSZ - rec);
+	for (XLogRecPtr page = RING_PAGE(rec) + XLOG_BLCKSZ; page < head; page += XLOG_BLCKSZ)
 	{
 		XLogPageHeader ph = (XLogPageHeader)
 			(pmwal_ring->data + RING_OFFSET(pmwal_ring->capacity, page));
 
+		if (got >= tot_len)
+			break;
 		if (ph->xlp_magic != XLOG_PAGE_MAGIC || ph->xlp_pageaddr != page ||
 			ph->xlp_tli > tli)
 			return psprintf("the ring's page at %X/%X has no valid page header",
 							LSN_FORMAT_ARGS(page));
-		if ((ph->xlp_info & XLP_FIRST_IS_CONTRECORD) == 0 || ph->xlp_rem_len == 0)
-			return psprintf("the ring's page at %X/%X begins new records, but they cannot be reached from %X/%X",
-							LSN_FORMAT_ARGS(page), LSN_FORMAT_ARGS(end));
+		if ((ph->xlp_info & XLP_FIRST_IS_CONTRECORD) == 0 ||
+			ph->xlp_rem_len != tot_len - got)
+			return psprintf("the ring's page at %X/%X does not continue the record at %X/%X (%u bytes, %u of them before that page): it %s",
+							LSN_FORMAT_ARGS(page), LSN_FORMAT_ARGS(rec), tot_len, got,
+							(ph->xlp_info & XLP_FIRST_IS_CONTRECORD) == 0 ? "begins new records" :
+							psprintf("continues one with %u bytes left", ph->xlp_rem_len));
+		got += Min(tot_len - got, XLOG_BLCKSZ - XLogPageHeaderSize(ph));
 	}
+	if (got >= tot_len)
+		return psprintf("the record at %X/%X, which the ring holds whole (%u bytes), does not read cleanly",
+						LSN_FORMAT_ARGS(rec), tot_len);
 	return NULL;
 }
 
@@ -257,23 +274,6 @@ verify_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr head, TimeL
 	return nrecords;
 }
 
-static void
-write_fully(int fd, const char *buf, Size len, off_t off, const char *path)
-{
-	while (len > 0)
-	{
-		ssize_t		n = pg_pwrite(fd, buf, len, off);
-
-		if (n <= 0)
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not write to file \"%s\": %m", path)));
-		buf += n;
-		len -= n;
-		off += n;
-	}
-}
-
 /*
  * Write WAL [from, to) from the ring into its segment files on timeline
  * "tli"; returns the number of segments written.  Each is fdatasynced.
@@ -303,14 +303,14 @@ write_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 		/* a missing or short segment is zero-filled to full size first */
 		for (off_t z = st.st_size - st.st_size % XLOG_BLCKSZ; z < wal_segment_size; z += XLOG_BLCKSZ)
 			if (z >= st.st_size)
-				write_fully(fd, zeros.data, XLOG_BLCKSZ, z, path);
+				pmwal_write_fully(fd, zeros.data, XLOG_BLCKSZ, z, path, FATAL);
 
 		for (Size done = 0; done < n;)
 		{
 			uint64		roff = RING_OFFSET(pmwal_ring->capacity, from + done);
 			Size		piece = Min(n - done, pmwal_ring->capacity - roff);
 
-			write_fully(fd, pmwal_ring->data + roff, piece, off + done, path);
+			pmwal_write_fully(fd, pmwal_ring->data + roff, piece, off + done, path, FATAL);
 			done += piece;
 		}
 		pmwal_fsync_fd(fd, path, FATAL);

@@ -40,6 +40,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,6 +113,29 @@ ring_copy_in(XLogRecPtr start, const char *src, size_t len)
 		start += n;
 		len -= n;
 	}
+}
+
+/*
+ * Write the ring's copy of WAL [start, start + len) to "fd" at "offset":
+ * the bytes the ring holds, not the caller's buffer again, which
+ * PostgreSQL's inserters may have added to since (past the flush request,
+ * in the partial last page).  So pg_wal gets exactly what the ring holds
+ * (I3).  Returns what pwrite() returns.
+ */
+ssize_t
+ring_write_out(int fd, XLogRecPtr start, size_t len, off_t offset)
+{
+	uint64		cap = pmwal_ring->capacity;
+	uint64		off = RING_OFFSET(cap, start);
+	struct iovec iov[2];
+
+	if (off + len <= cap)
+		return pwrite(fd, pmwal_ring->data + off, len, offset);
+	iov[0].iov_base = pmwal_ring->data + off;
+	iov[0].iov_len = cap - off;
+	iov[1].iov_base = pmwal_ring->data;
+	iov[1].iov_len = len - (cap - off);
+	return pwritev(fd, iov, 2, offset);
 }
 
 /*

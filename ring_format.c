@@ -40,26 +40,28 @@ word_at(const RingHeader *hdr, size_t offset)
 	return *(const volatile uint64 *) ((const char *) hdr + offset);
 }
 
-pg_crc32c
-ring_static_crc(const RingStatic *st)
+/* CRC-32C of the first "len" bytes at "p". */
+static pg_crc32c
+crc_of(const void *p, size_t len)
 {
 	pg_crc32c	crc;
 
 	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, st, offsetof(RingStatic, crc));
+	COMP_CRC32C(crc, p, len);
 	FIN_CRC32C(crc);
 	return crc;
 }
 
 pg_crc32c
+ring_static_crc(const RingStatic *st)
+{
+	return crc_of(st, offsetof(RingStatic, crc));
+}
+
+pg_crc32c
 ring_owner_crc(const RingOwner *owner)
 {
-	pg_crc32c	crc;
-
-	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, owner, offsetof(RingOwner, crc));
-	FIN_CRC32C(crc);
-	return crc;
+	return crc_of(owner, offsetof(RingOwner, crc));
 }
 
 bool
@@ -114,11 +116,8 @@ v1_is_empty(const RingHeader *hdr)
 static bool
 v1_crc_ok(const RingHeader *hdr)
 {
-	pg_crc32c	crc;
+	pg_crc32c	crc = crc_of(hdr, V1_CRC_OFFSET);
 
-	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, hdr, V1_CRC_OFFSET);
-	FIN_CRC32C(crc);
 	return EQ_CRC32C(crc, *(const pg_crc32c *) ((const char *) hdr + V1_CRC_OFFSET));
 }
 
@@ -280,12 +279,7 @@ ring_state_name(uint64 state)
 pg_crc32c
 binding_slot_crc(const BindingSlot *slot)
 {
-	pg_crc32c	crc;
-
-	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, slot, offsetof(BindingSlot, crc));
-	FIN_CRC32C(crc);
-	return crc;
+	return crc_of(slot, offsetof(BindingSlot, crc));
 }
 
 bool

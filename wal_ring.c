@@ -5,8 +5,10 @@
  *		a write of pg_control do while pmwal runs (interpose.c calls here).
  *
  * A write into a WAL segment is first copied into the ring, at the ring
- * offset of its LSN, and drained (persisted); then the server's pwrite
- * runs.  A sync of a WAL segment publishes the ring's head over everything
+ * offset of its LSN, and drained (persisted); then the ring's copy is
+ * written into the segment -- not the caller's buffer again: PostgreSQL's
+ * inserters may be adding records to its partial last page meanwhile, and
+ * pg_wal must get exactly what the ring holds (I3).  A sync of a WAL segment publishes the ring's head over everything
  * copied -- one persisted 8-byte store -- and returns: the ring now holds,
  * persisted, every byte written to any segment since the ring's tail, and
  * every byte before the tail is synced in pg_wal (I1, I2).  PostgreSQL
@@ -447,7 +449,8 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 				(errcode_for_file_access(),
 				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
 	PMWAL_PAUSE_POINT("write_after_copy");
-	rc = pwrite(fd, buf, len, offset);
+	/* what the ring holds: the caller's buffer may have grown since */
+	rc = ring_write_out(fd, start, len, offset);
 	if (rc <= 0)
 		return rc;				/* PostgreSQL retries, or PANICs */
 

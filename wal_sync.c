@@ -53,6 +53,34 @@ pmwal_fsync_fd(int fd, const char *path, int elevel)
 	return rc == 0;
 }
 
+/*
+ * pwrite all of "buf" at "off"; a failure is reported at "elevel" (and
+ * false returned, when that is below ERROR).
+ */
+bool
+pmwal_write_fully(int fd, const char *buf, size_t len, off_t off,
+				  const char *path, int elevel)
+{
+	while (len > 0)
+	{
+		ssize_t		n = pg_pwrite(fd, buf, len, off);
+
+		if (n <= 0)
+		{
+			if (n == 0)
+				errno = ENOSPC;
+			ereport(elevel,
+					(errcode_for_file_access(),
+					 errmsg("could not write to file \"%s\": %m", path)));
+			return false;
+		}
+		buf += n;
+		len -= n;
+		off += n;
+	}
+	return true;
+}
+
 /* Like pmwal_fsync_fd, by path; "isdir" for a directory. */
 bool
 pmwal_fsync_path(const char *path, bool isdir, int elevel)
