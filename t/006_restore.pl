@@ -1,58 +1,89 @@
 # Restore before redo: the ring is written back into pg_wal at every start
-# and crash-restart, verified first, idempotent, and refused rather than
-# guessed when its bytes are damaged.
+# and crash-restart, proven first to continue pg_wal's history (restore.c:
+# an XLogReader over pg_wal and the ring from pg_control's checkpoint),
+# idempotent, and refused rather than guessed when its bytes are damaged or
+# it is not the ring the cluster wrote last.
 #
 # Every scenario runs committing load (pgbench, unique ids recorded only
-# once COMMIT returned), then (but in 2) a simulated power cut (t/004,
-# tools/powercut) so that pg_wal really lacks what only the ring holds;
-# in 1 and 5 the ring loses every line not flushed and drained, in 3 a
-# random part of them (issue 12's ring cut).
+# once COMMIT returned) or single acknowledged commits, then (but in 2) a
+# simulated power cut (tools/powercut) so that pg_wal really lacks what only
+# the ring holds; in 1 and 5 the ring loses every line not flushed and
+# drained, in 3 a random part of them (issue 12's ring cut).
 # Scenarios:
-#	1. restore after a power cut: logged with its range, bytes, records;
-#	   the ring lets go of the restored range
+#	1. restore after a power cut: logged with its range -- exactly the
+#	   ring's [tail, head) --, bytes, records, segments, before redo; the
+#	   ring lets go of the range; negative control: without the ring
+#	   acknowledged commits are lost
 #	2. SIGKILL without a power cut, then pg_wal's newest 64 kB overwritten
-#	   with zeros: restore rewrites them; negative control: the same with
-#	   the ring emptied loses the commits in them
-#	3. SIGKILL and a second power cut during restore: the next start
-#	   restores again
-#	4. one byte flipped in the ring: FATAL, pg_wal and ring untouched;
-#	   with the byte put back, the start restores everything
-#	5. torn header: ring bytes written beyond the published head are
-#	   ignored; the older head is valid
-#	6. stale ring (all before the last checkpoint, put back from a copy):
-#	   not restored, logged, dropped; nothing acknowledged lost
+#	   with zeros: the restore rewrites them; negative control: the same
+#	   with the ring emptied loses the commits in them
+#	3. a second power cut during the restore, once after the segments
+#	   were written (restore_written: pg_wal/ not yet synced), once after
+#	   everything was synced (restore_before_empty: the ring not yet
+#	   emptied): each next start verifies pg_wal again (now holding what
+#	   the ring holds) and restores again
+#	4. damaged ring bytes: one byte of a record's CRC flipped, a later
+#	   page beginning new records: FATAL "holds damaged WAL", pg_wal and
+#	   the ring untouched; with the byte put back, the start restores
+#	   everything.  The same with the record's length made to reach past
+#	   the head instead, only continuation pages after it (FOUND BY THIS
+#	   TEST: the check of a record "that continues past the head" read
+#	   only the continuation flag of the pages after it, not that they
+#	   continue that record: the ring was accepted, the damaged record
+#	   written into pg_wal, recovery stopped at it and every acknowledged
+#	   commit after it was lost).
+#	5. head is the only word that claims WAL (there is no last_end any
+#	   more): a committer held after copying its write into the ring,
+#	   before the write and before its sync publishes the head
+#	   (write_after_copy), and the page after the head filled with
+#	   garbage: the restore writes exactly [tail, head)
+#	6. a stale copy of the ring put back is refused, not dropped, and
+#	   nothing is written: (a) the flusher passed since the copy was made
+#	   (binding.c: the ring's generation is behind the binding file's);
+#	   (b) no pass, but a checkpoint since (same generation; restore.c:
+#	   "older than the cluster's last checkpoint").  With the right ring
+#	   back, the start restores everything.
 #	7. crash-restart of one backend (restart_after_crash = on) under load:
 #	   the restore runs before redo; load again, then a power cut: nothing
 #	   acknowledged before or after the crash-restart lost
-#	8. a checkpoint whose redo point lies in a segment the (stopped)
+#	8. (replaces "a checkpoint whose redo point lies in a segment the
 #	   flusher had not synced, its record's flush made a no-op by a commit
-#	   (gdb holds the checkpointer), then a power cut: the restore writes
-#	   that segment from its start, so recovery finds its header
+#	   written without fsync": nothing is written without being copied
+#	   into the ring now, and pg_control is written only after a real
+#	   sync.)  A checkpoint whose record lies in the page the flusher's
+#	   last pass synced -- a commit wrote that page again first -- and a
+#	   power cut: the checkpoint record pg_control names must be in pg_wal
+#	   (FOUND BY THIS TEST: it was not; the sync before pg_control's write
+#	   skipped WAL below durable_lsn, "could not locate a valid checkpoint
+#	   record"; fixed in 9e5f472).  Once an online checkpoint, once the
+#	   shutdown checkpoint of a clean stop (pg_ctl stop -m fast: before
+#	   the fix a power cut after a clean stop left a cluster that could
+#	   not start), the cut after the stop.
+#	9. crash-restart with pg_wal's last page newer than the ring's copy
+#	   of it: the copy into the ring and PostgreSQL's write read the WAL
+#	   buffer one after the other, and a record inserted in between (past
+#	   the flush request) is in pg_wal's page only.  Held there, a kill,
+#	   a crash-restart (no power cut): the restore must go on (FOUND BY
+#	   THIS TEST, first by chance in 7: "holds WAL that pg_wal has beyond
+#	   it; nothing was restored", the server down).
 use strict;
 use warnings;
 use FindBin;
-use Digest::SHA;
 use File::Copy ();
 use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
+use hE;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $started = Time::HiRes::time();
 my $checked = 0;
+my $SEG = 16 * 1024 * 1024;
 
-
-my $restored_re =
-  qr/pmwal restored WAL ([0-9A-F]+\/[0-9A-F]+) to ([0-9A-F]+\/[0-9A-F]+) from the ring into pg_wal: (\d+) bytes, (\d+) records, (\d+) segments/;
-
-sub lsn
-{
-	my ($hi, $lo) = split m{/}, $_[0];
-	return hex($hi) * 2**32 + hex($lo);
-}
+sub lsn { return lsn_num($_[0]); }
 
 sub loaded_and_cut
 {
@@ -80,7 +111,7 @@ sub check_acked
 {
 	my ($node, $load, $tag, %opts) = @_;
 	my ($n, $missing) = acked_check($node, $load);
-	diag("$tag: $n acknowledged commits checked, $missing missing");
+	note("$tag: $n acknowledged commits checked, $missing missing");
 	cmp_ok($n, '>=', 300, "$tag: at least 300 commits were acknowledged");
 	if ($opts{expect_loss})
 	{
@@ -94,32 +125,15 @@ sub check_acked
 	return $missing;
 }
 
-# Offset of the byte at LSN $x in the ring file.
-sub ring_offset
+# Negative control: a copy without the ring lacks acknowledged commits.
+sub lost_without_ring
 {
-	my ($node, $x) = @_;
-	return 4096 + $x % ring_field($node->{pmwal_ring}, 'capacity');
-}
-
-sub ring_poke
-{
-	my ($node, $offset, $bytes) = @_;
-	open my $fh, '+<:raw', $node->{pmwal_ring} or die "open ring: $!";
-	sysseek($fh, $offset, 0) or die;
-	my $old;
-	sysread($fh, $old, length $bytes) == length $bytes or die;
-	sysseek($fh, $offset, 0) or die;
-	syswrite($fh, $bytes) == length $bytes or die;
-	close $fh;
-	return $old;
-}
-
-# Path of the pg_wal segment that holds LSN $x (timeline 1, 16MB segments).
-sub segment_of
-{
-	my ($node, $x) = @_;
-	my $seg = int($x / (16 * 1024 * 1024));
-	return sprintf('%s/pg_wal/%08X%08X%08X', $node->data_dir, 1, int($seg / 256), $seg % 256);
+	my ($node, $load, $tag) = @_;
+	my $n = without_ring_query($node, 'SELECT count(*) FROM t');
+	my $lost = $load->{total} - ($n // 0);
+	cmp_ok($lost, '>', 0,
+		"$tag: negative control: without the ring $lost of $load->{total} acknowledged commits are missing");
+	return;
 }
 
 # Zero pg_wal's bytes for [from, to), where the segment files exist.
@@ -129,16 +143,11 @@ sub zero_wal
 	my $zeroed = 0;
 	while ($from < $to)
 	{
-		my $segsize = 16 * 1024 * 1024;
-		my $n = $segsize - $from % $segsize;
+		my $n = $SEG - $from % $SEG;
 		$n = $to - $from if $n > $to - $from;
-		my $path = segment_of($node, $from);
-		if (-f $path)
+		if (-f segment_of($node, $from))
 		{
-			open my $fh, '+<:raw', $path or die "open $path: $!";
-			sysseek($fh, $from % $segsize, 0) or die;
-			syswrite($fh, "\0" x $n) == $n or die;
-			close $fh;
+			wal_rw($node, $from, $n, "\0" x $n);
 			$zeroed += $n;
 		}
 		$from += $n;
@@ -147,28 +156,43 @@ sub zero_wal
 }
 
 # Start without waiting (pg_ctl -W), under the power-cut log, with the
-# restore held at its test pause point after writing pg_wal; returns once
-# it is held.
+# restore held at its pause point $point; returns once it is held.
 sub start_paused_in_restore
 {
-	my ($node) = @_;
+	my ($node, $point) = @_;
 	my $log = $node->basedir . '/powercut.log';
 	unlink $log;
 	$node->{powercut_log} = $log;
 	my $offset = -s $node->logfile;
-	pause_rearm($node, 'restore_written');
+	pause_rearm($node, $point);
 	{
 		local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
 		local $ENV{POWERCUT_LOG} = $log;
 		local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
 		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile,
-			'-o', '-c pmwal.test_pause=restore_written', '-W', 'start');
+			'-o', "-c pmwal.test_pause=$point", '-W', 'start');
 	}
-	my $pid = pause_wait($node, 'restore_written', $offset);
-	ok($pid, 'the restore reached its pause');
+	my $pid = pause_wait($node, $point, $offset);
+	ok($pid, "the restore reached its pause at $point");
 	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
 	$node->{_pid} = $pm;
 	return $pm;
+}
+
+# The first record that begins in the ring's page $page (after the
+# continuation of a record from the page before), or undef.
+sub first_record_in_page
+{
+	my ($node, $page) = @_;
+	my $h = ring_page_header($node, $page);
+	my $at = $page + $h->{size};
+	if ($h->{contrecord})
+	{
+		return undef if $h->{rem_len} >= 8192 - $h->{size};
+		$at += $h->{rem_len};
+		$at += 8 - $at % 8 if $at % 8;
+	}
+	return $at + 24 <= $page + 8192 ? $at : undef;
 }
 
 # --- 1. restore after a power cut ------------------------------------------
@@ -177,24 +201,25 @@ sub start_paused_in_restore
 	my $tail = ring_read_u64($node->{pmwal_ring}, 'tail');
 	my $head = ring_read_u64($node->{pmwal_ring}, 'head');
 	cmp_ok($head, '>', $tail, 'restore: the ring holds WAL after the power cut');
+	lost_without_ring($node, $load, 'restore');
 	my $offset = -s $node->logfile;
 	$node->start;
 	my $log = slurp_file($node->logfile, $offset);
 	like($log, $restored_re, 'restore: one LOG line reports the restore');
 	my ($from, $to, $bytes, $records, $segs) = $log =~ $restored_re;
-	is(lsn($to), $head, 'restore: restored up to the ring head');
-	cmp_ok($bytes, '>', 0, "restore: $bytes bytes restored");
+	is(lsn($from // '0/0'), $tail, 'restore: restored from the ring tail');
+	is(lsn($to // '0/0'), $head, 'restore: restored up to the ring head');
+	is($bytes, $head - $tail, "restore: $bytes bytes restored, the whole range");
 	cmp_ok($records, '>', 0, "restore: $records records verified");
 	cmp_ok($segs, '>=', 1, "restore: $segs segments written");
 	like($log, qr/pmwal restored WAL.*redo starts at/s,
 		'restore: crash recovery ran after the restore');
-	cmp_ok(lsn($from), '>=', $tail, 'restore: restored from the ring tail or later');
-	is($bytes, $head - lsn($from), 'restore: byte count is the restored range');
-	# the restore marked the ring empty (tail = head) before the flusher
-	# anchored it anew, further on: nothing of the old range is left in it
-	cmp_ok(ring_read_u64($node->{pmwal_ring}, 'tail'), '>=', $head,
-		'restore: the ring no longer holds the restored range');
 	check_acked($node, $load, 'restore');
+	# the restore marked the ring empty; the first write after recovery
+	# anchors it anew
+	acked_insert($node, -1);
+	like(slurp_file($node->logfile, $offset), qr/pmwal restored WAL.*pmwal ring "[^"]+" anchored at/s,
+		'restore: the ring is anchored anew after the restore');
 	$node->stop;
 	is(ring_state($node->{pmwal_ring}), RING_STATE_EMPTY,
 		'restore: after a clean stop the ring is empty');
@@ -220,21 +245,15 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	if ($empty_ring)
 	{
 		ring_write_u64($ring, 'head', $tail);
-		ring_write_u64($ring, 'last_end', $tail);
 		ring_write_u64($ring, 'state', RING_STATE_EMPTY);
 	}
 	my $offset = -s $node->logfile;
 	if ($empty_ring && !$node->start(fail_ok => 1))
 	{
-		# the zeros hit the checkpoint record (or other WAL recovery
-		# cannot do without): the server does not come up at all
+		# the zeros hit WAL recovery cannot do without: the server does
+		# not come up at all
 		my ($why) = slurp_file($node->logfile, $offset) =~ /((?:PANIC|FATAL):  .*)/;
-		diag("$tag: $load->{total} acknowledged commits, the server cannot recover without the ring: "
-			  . ($why // '?'));
-		ok(defined $why,
-			"$tag: without the ring the server cannot recover ("
-			  . scalar(keys %{ $load->{acked} }) . ' clients, '
-			  . "$load->{total} acknowledged commits unreachable)");
+		ok(defined $why, "$tag: without the ring the server cannot recover: " . ($why // '?'));
 		next;
 	}
 	$node->start unless $empty_ring;
@@ -254,107 +273,177 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	$node->stop($empty_ring ? 'immediate' : 'fast');
 }
 
-# --- 3. SIGKILL and a power cut during restore ------------------------------
+# --- 3. a second power cut during the restore --------------------------------
 {
-	my ($node, $load) = loaded_and_cut('killed_restore', ring_cut => 'random');
+	my $tag = 'killed_restore';
+	my ($node, $load) = loaded_and_cut($tag, ring_cut => 'random');
 	my $ring = $node->{pmwal_ring};
 	my $tail = ring_read_u64($ring, 'tail');
 	my $head = ring_read_u64($ring, 'head');
+	for my $point ('restore_written', 'restore_before_empty')
+	{
+		my $offset = -s $node->logfile;
+		start_paused_in_restore($node, $point);
+		isnt(ring_state($ring), RING_STATE_EMPTY, "$tag/$point: the ring is not yet marked empty at the pause");
+		my $cut = powercut($node);
+		note("$tag/$point: second cut: $cut->{summary}");
+		unlike(slurp_file($node->logfile, $offset), $restored_re,
+			"$tag/$point: the killed restore did not finish");
+		is(ring_read_u64($ring, 'tail') . '-' . ring_read_u64($ring, 'head'), "$tail-$head",
+			"$tag/$point: the ring still holds the same WAL");
+	}
 	my $offset = -s $node->logfile;
-	start_paused_in_restore($node);
-	# the pause comes after the segments were written, before pg_wal/ is
-	# synced and the ring is marked empty
-	isnt(ring_state($ring), RING_STATE_EMPTY, 'killed_restore: the ring is not yet marked empty at the pause');
+	$node->start;
+	my ($from, $to) = slurp_file($node->logfile, $offset) =~ $restored_re;
+	ok(defined $to, "$tag: the next start restores again (pg_wal holding the ring's WAL is no refusal)");
+	is(defined $to ? lsn($to) : -1, $head, "$tag: again up to the ring head");
+	check_acked($node, $load, $tag);
+	$node->stop;
+}
+
+# --- 4. damaged ring bytes ---------------------------------------------------
+for my $damage ('xl_crc', 'xl_tot_len')
+{
+	my $tag = "flipped_$damage";
+	my $node = quiet_node($tag);
+	my $load = short_load($node, $tag);
+	# the last commit holds two records of eight pages each: the ring's
+	# last pages continue them, and the second begins in a page that
+	# continues the first
+	$node->safe_psql('postgres',
+		"BEGIN; SELECT pg_logical_emit_message(true, 'big', repeat('x', 60000)); "
+		  . "SELECT pg_logical_emit_message(true, 'big', repeat('y', 60000)); "
+		  . "INSERT INTO t VALUES (-1); COMMIT");
 	my $cut = powercut($node);
-	note("killed_restore: second cut: $cut->{summary}");
-	unlike(slurp_file($node->logfile, $offset), $restored_re,
-		'killed_restore: the killed restore did not finish');
-	is(ring_read_u64($ring, 'tail') . '-' . ring_read_u64($ring, 'head'), "$tail-$head",
-		'killed_restore: the ring still holds the same WAL');
-	$offset = -s $node->logfile;
-	$node->start;
-	my (undef, $to) = slurp_file($node->logfile, $offset) =~ $restored_re;
-	ok(defined $to, 'killed_restore: the next start restores again');
-	is(defined $to ? lsn($to) : -1, $head, 'killed_restore: again up to the ring head');
-	check_acked($node, $load, 'killed_restore');
-	$node->stop;
-}
-
-# --- 4. one byte flipped in the ring's data area ----------------------------
-{
-	my ($node, $load) = loaded_and_cut('flipped');
+	note("$tag: $cut->{summary}");
 	my $ring = $node->{pmwal_ring};
-	# inside the last acknowledged record (xl_crc: record ends are 8-byte
-	# aligned), never in its padding; if the record crossed a page boundary
-	# just there, that byte is the unchecked padding of the page header:
-	# take its xlp_pageaddr instead
-	my $at = ring_read_u64($ring, 'last_end') - 20;
-	$at -= 8 if $at % 8192 >= 16 && $at % 8192 < 24;
-	cmp_ok($at, '>=', ring_read_u64($ring, 'tail'), 'flipped: the byte lies in the ring\'s range');
-	my $off = ring_offset($node, $at);
-	my $old = ring_poke($node, $off, 'x');
-	ring_poke($node, $off, chr(ord($old) ^ 0xff));
+	my ($tail, $head) = (ring_read_u64($ring, 'tail'), ring_read_u64($ring, 'head'));
+	# the pages that begin new records (not a continuation)
+	my @fresh = grep { !ring_page_header($node, $_)->{contrecord} }
+	  map { $tail + 8192 * $_ } 1 .. ($head - $tail) / 8192 - 1;
+	my ($rec, $at, $bytes);
+	if ($damage eq 'xl_crc')
+	{
+		# a record the ring holds whole, a few pages before its head
+		# (xl_crc: offset 20 of the record header, never in padding)
+		for (my $p = $head - 4 * 8192; $p >= $tail; $p -= 8192)
+		{
+			last if $rec = first_record_in_page($node, $p);
+		}
+		ok($rec, "$tag: a record the ring holds whole");
+		($at, $bytes) = ($rec + 20, undef);
+	}
+	else
+	{
+		# a record after which every page up to the head continues some
+		# record, at least three pages before the head: its length made to
+		# reach past the head
+		my $after = @fresh ? $fresh[-1] + 8192 : $tail + 8192;
+		for (my $p = $after; $p < $head - 3 * 8192; $p += 8192)
+		{
+			last if $rec = first_record_in_page($node, $p);
+		}
+		ok($rec, "$tag: a record followed only by continuation pages");
+		($at, $bytes) = ($rec, pack('L<', $head - $rec + 3 * 8192));
+	}
+	$rec //= $tail;
+	$at //= $rec;
+	note("$tag: damaging the record at " . lsn_text($rec) . ' (ring ' . lsn_text($tail) . ' to ' . lsn_text($head) . ')');
+	my $old = ring_rw($node, $at, $bytes ? length $bytes : 1);
+	ring_rw($node, $at, length $old, $bytes // chr(ord($old) ^ 0xff));
 	my $before = wal_fingerprint($node);
-	my $offset = -s $node->logfile;
-	ok(!$node->start(fail_ok => 1), 'flipped: the server refuses to start');
-	my $log = slurp_file($node->logfile, $offset);
+	my $log = start_refused($node, $tag, 'a damaged record in the ring');
 	like($log, qr/FATAL:  pmwal ring "[^"]+" holds damaged WAL; nothing was restored/,
-		'flipped: FATAL says the ring holds damaged WAL');
-	like($log, qr/DETAIL:  (Verifying the ring's WAL from [0-9A-F\/]+ to [0-9A-F\/]+ failed after [0-9A-F\/]+: |The ring's WAL from .* reads cleanly only to )/,
-		'flipped: DETAIL says where verification failed');
-	like($log, qr/HINT:  See "When the ring cannot be restored" in pmwal's README/,
-		'flipped: HINT points to the documented procedure');
-	is(wal_fingerprint($node), $before, 'flipped: pg_wal and the ring are unchanged');
-	ring_poke($node, $off, $old);
+		"$tag: FATAL says the ring holds damaged WAL");
+	like($log, qr/DETAIL:  Reading the ring's WAL \([0-9A-F\/]+ to [0-9A-F\/]+\) stopped at /,
+		"$tag: DETAIL says where reading stopped");
+	like($log, qr/HINT:  .*"pmwal_ctl inspect" and "pmwal_ctl verify" show what/,
+		"$tag: HINT names pmwal_ctl");
+	is(wal_fingerprint($node), $before, "$tag: pg_wal and the ring are unchanged");
+	ring_rw($node, $at, length $old, $old);
 	$node->start;
-	check_acked($node, $load, 'flipped_repaired');
+	check_acked($node, $load, "${tag}_repaired");
+	is(ids_present($node, -1), '-1', "${tag}_repaired: and the last commit");
 	$node->stop;
 }
 
-# --- 5. torn header: bytes beyond the published head ------------------------
+# --- 5. head is the only word that claims WAL --------------------------------
 {
-	my ($node, $load) = loaded_and_cut('torn', ring_cut => 'durable');
+	my $tag = 'torn';
+	my $node = quiet_node($tag, ring_cut => 'durable');
+	my $load = short_load($node, $tag);
 	my $ring = $node->{pmwal_ring};
-	my $head = ring_read_u64($ring, 'head');
-	# a copier wrote (part of) the next WAL but died before publishing head
+	my ($held) = hold_in_sync($node, 't', 9_000_000_000, point => 'write_after_copy');
+	my $cut = powercut($node);
+	bg_psql_finish($held);
+	note("$tag: $cut->{summary}");
+	my ($tail, $head) = (ring_read_u64($ring, 'tail'), ring_read_u64($ring, 'head'));
+	# more of what a copier that died before publishing leaves: garbage in
+	# the page at the head
 	my $garbage = join('', map { chr(int(rand(256))) } 1 .. 8192);
-	ring_poke($node, ring_offset($node, $head), $garbage);
+	ring_rw($node, $head, 8192, $garbage);
 	my $offset = -s $node->logfile;
 	$node->start;
 	my ($from, $to, $bytes) = slurp_file($node->logfile, $offset) =~ $restored_re;
-	is(defined $to ? lsn($to) : -1, $head, 'torn: restored up to the published head, not beyond');
-	is($bytes, defined $from ? $head - lsn($from) : -1, 'torn: no byte beyond the head was written');
-	check_acked($node, $load, 'torn');
+	is(defined $to ? lsn($to) : -1, $head, "$tag: restored up to the published head, not beyond");
+	is($bytes // -1, $head - $tail, "$tag: no byte beyond the head was written");
+	check_acked($node, $load, $tag);
 	$node->stop;
 }
 
-# --- 6. stale ring -----------------------------------------------------------
+# --- 6. a stale copy of the ring put back ------------------------------------
+for my $variant ('generation', 'checkpoint')
 {
-	my ($node, $load) = loaded_and_cut('stale');
+	my $tag = "stale_$variant";
+	my $node = quiet_node($tag);
+	my $load = short_load($node, $tag);
 	my $ring = $node->{pmwal_ring};
+	my $flusher = hold_flusher($node);
+	stop_server_process($node, 'walwriter');
+	# the ring copied while it holds WAL and nothing writes
+	my $copy_words = ring_words($node);
 	File::Copy::copy($ring, "$ring.old") or die "copy: $!";
-	$node->start;
-	# the next checkpoint's redo point lies in a later segment than
-	# anything the old ring holds (a ring reaching into the redo point's
-	# segment is restored, not dropped)
-	$node->safe_psql('postgres', 'SELECT pg_switch_wal(); CHECKPOINT');
-	check_acked($node, $load, 'stale');
-	$node->stop;
+	my $load2 = short_load($node, "${tag}_2", base => 500_000_000, clients => 2, duration => 2);
+	if ($variant eq 'generation')
+	{
+		my $gen = ring_read_u64($ring, 'generation');
+		flusher_pass($node);
+		cmp_ok(ring_read_u64($ring, 'generation'), '>', $gen, "$tag: the flusher passed: the ring's generation went up");
+	}
+	else
+	{
+		$node->safe_psql('postgres', 'CHECKPOINT');
+	}
+	my $id = acked_insert($node, -1);
+	my $cut = powercut($node);
+	note("$tag: $cut->{summary}");
+	File::Copy::copy($ring, "$ring.new") or die "copy: $!";
 	File::Copy::copy("$ring.old", $ring) or die "copy: $!";
-	unlink "$ring.old";
-	chmod 0600, $ring;
-	my $old_head = ring_read_u64($ring, 'head');
-	cmp_ok($old_head, '>', ring_read_u64($ring, 'tail'), 'stale: the old ring holds WAL');
+	note("$tag: the copy put back: $copy_words");
+	my $before = wal_fingerprint($node);
+	my $log = start_refused($node, $tag, 'a stale copy of the ring');
+	like($log,
+		$variant eq 'generation'
+		? qr/FATAL:  pmwal ring "[^"]+" is older than this data directory's binding to it; nothing was restored/
+		: qr/FATAL:  pmwal ring "[^"]+" is older than the cluster's last checkpoint; nothing was restored/,
+		"$tag: FATAL says the ring is older than " . ($variant eq 'generation' ? 'the binding' : 'the last checkpoint'));
+	unlike($log, $restored_re, "$tag: nothing was restored");
+	is(wal_fingerprint($node), $before, "$tag: pg_wal and the ring are unchanged");
+	File::Copy::copy("$ring.new", $ring) or die "copy: $!";
+	unlink "$ring.old", "$ring.new";
+	$node->append_conf('postgresql.auto.conf', "pmwal.test_pause = ''\n");
 	my $offset = -s $node->logfile;
-	$node->start;
-	my $log = slurp_file($node->logfile, $offset);
-	like($log, qr/LOG:  pmwal ring "[^"]+" holds only WAL older than the last checkpoint; not restored/,
-		'stale: LOG says the ring is older than the last checkpoint');
-	unlike($log, $restored_re, 'stale: nothing was restored');
-	cmp_ok(ring_read_u64($ring, 'tail'), '>=', $old_head, 'stale: the old WAL was dropped from the ring');
-	# the old bytes were not written over the newer WAL
-	check_acked($node, $load, 'stale_ring_back', recheck => 1);
-	$node->stop;
+	ok($node->start(fail_ok => 1), "$tag: with the right ring back the server starts");
+	like(slurp_file($node->logfile, $offset), $restored_re, "$tag: and restores it");
+	if ($node->{_pid})
+	{
+		check_acked($node, $load, $tag);
+		my ($n, $missing) = acked_check($node, $load2);
+		is($missing, 0, "$tag: all $n commits acknowledged after the copy are present");
+		is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id = -1'), '1',
+			"$tag: so is the last one");
+		$node->stop;
+	}
 }
 
 # --- 7. crash-restart of one backend, then a power cut ----------------------
@@ -375,7 +464,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	my $log = slurp_file($node->logfile, $offset);
 	like($log, qr/terminated by signal 9: Killed.*all server processes terminated; reinitializing/s,
 		'backend_crash: the postmaster reinitialised after the backend crash');
-	like($log, qr/all server processes terminated; reinitializing.*pmwal restored WAL .*redo starts at/s,
+	like($log, qr/all server processes terminated; reinitializing.*pmwal restored WAL .*\(crash-restart\).*redo starts at/s,
 		'backend_crash: the ring was restored at the crash-restart, before redo');
 	# committing goes on after the crash-restart, through the ring anchored
 	# anew; then the power goes: what the crash-restart restored and synced
@@ -396,84 +485,116 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	$node->stop;
 }
 
-# --- 8. checkpoint while the flusher lags, then a power cut -----------------
-# A checkpoint can put its redo point into a segment the flusher has not
-# synced yet (it syncs a new segment within milliseconds, unless a slow
-# fdatasync holds it up: here it is stopped).  With wal_keep_size the
-# checkpoint removes no segment.  The power cut takes the segment's content
-# written without fsync, first page included, although pg_control already
-# points into it.  Recovery reads that first page (the segment's long
-# header) before the checkpoint record, so the restore must write the
-# segment from its start.
-#
-# The checkpointer's own XLogFlush of its record would be a real fdatasync
-# of that segment, first page included, unless a commit's write without
-# fsync got ahead of it: gdb holds the checkpointer there while a commit
-# does exactly that.  The WAL writer is stopped too (it could flush the
-# record for real meanwhile).
+# --- 8. a checkpoint in the page the flusher's last pass synced ------------
+# Twice: an online checkpoint (CHECKPOINT), and the shutdown checkpoint of
+# a clean stop (pg_ctl stop -m fast: the server says its WAL is durable
+# when it returns).
+for my $variant ('checkpoint', 'shutdown')
 {
-	my $tag = 'lagging_flusher';
-	my ($node, $load) = loaded_node($tag, conf => "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\n");
-	stop_server_process($node, $_) for qw(flusher walwriter);
-	my $seg = $node->safe_psql('postgres', 'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');
-	$node->poll_query_until('postgres',
-		"SELECT pg_walfile_name(pg_current_wal_insert_lsn()) > '$seg'")
-	  or die "$tag: the load does not reach the next segment";
-	$load->{h}->kill_kill;
-	acked_load_finish($load);
-	# the load's backends gone: only the commit below writes during the
-	# checkpoint
-	$node->poll_query_until('postgres', q{
-SELECT count(*) = 0 FROM pg_stat_activity
- WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()})
-	  or die "$tag: the load's backends do not exit";
-
-	my $ckpt_pid = $node->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'});
-	# only the flush of the checkpoint record itself: CheckPointGuts flushes
-	# too, for pages and SLRU buffers, with locks a commit may need
-	my $gdb = gdb_break($ckpt_pid, 'XLogFlush if $_caller_is("CreateCheckPoint")');
-	my $ckpt = bg_psql($node, 'CHECKPOINT');
-	ok(gdb_wait_hit($gdb, 60, $ckpt->{h}), "$tag: the checkpointer is held at the flush of its record");
-	$node->safe_psql('postgres', 'INSERT INTO t VALUES (-1)');
-	gdb_release($gdb);
-	my ($rc) = bg_psql_finish($ckpt);
-	is($rc, 0, "$tag: the checkpoint completed");
-	my $redo = lsn($node->safe_psql('postgres', 'SELECT redo_lsn FROM pg_control_checkpoint()'));
-
-	my $cut = powercut($node);
-	note("$tag: $cut->{summary}");
-	my $ring = $node->{pmwal_ring};
-	my $segstart = $redo - $redo % (16 * 1024 * 1024);
-	cmp_ok(ring_read_u64($ring, 'tail'), '<', $segstart,
-		"$tag: the ring holds the redo point's segment from its start");
-	my $path = segment_of($node, $redo);
-	my $magic;
-	if (open my $fh, '<:raw', $path)
+	my $tag = "${variant}_after_pass";
+	my $node = quiet_node($tag);
+	my $walwriter = stop_server_process($node, 'walwriter');
+	hold_flusher($node);
+	# the first change of t's pages after the checkpoint, with its full
+	# page images
+	acked_insert($node, 0);
+	my $x = lsn_num($node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
+	my $P = $x - $x % 8192 + 8192;
+	advance_to($node, $P + 200, $P + 2000);
+	my $f1 = acked_insert($node, 1);
+	flusher_pass($node);
+	my $durable = lsn_num(pmwal_status($node)->{durable_lsn});
+	my $f2 = acked_insert($node, 2);
+	$node->append_conf('postgresql.auto.conf', "pmwal.test_pause = ''\n");
+	if ($variant eq 'checkpoint')
 	{
-		my $buf;
-		$magic = unpack('v', $buf) if sysread($fh, $buf, 2) == 2;
-		close $fh;
+		$node->safe_psql('postgres', 'CHECKPOINT');
 	}
-	ok(!defined $magic || $magic != 0xD110,
-		"$tag: the power cut took the first page of the redo point's segment ("
-		  . (defined $magic ? sprintf('magic %04X', $magic) : 'no file') . ')');
+	else
+	{
+		# the flusher and the WAL writer go on, to stop (nothing is left
+		# for them to write)
+		pause_release($node, 'flusher_loop');
+		kill 'CONT', $walwriter;
+		$node->stop('fast');
+	}
+	my ($control) = run_command([ 'pg_controldata', '-D', $node->data_dir ]);
+	my ($ckpt) = $control =~ /^Latest checkpoint location:\s+(\S+)$/m;
+	$ckpt = lsn($ckpt // '0/0');
+	note("$tag: row 1 ends at " . lsn_text($f1) . ', the pass synced to ' . lsn_text($durable)
+		  . ', row 2 ends at ' . lsn_text($f2) . ', the checkpoint record at ' . lsn_text($ckpt));
+	cmp_ok($ckpt, '<', $durable, "$tag: the checkpoint record lies in the page the pass synced last");
+	my $cut = $variant eq 'checkpoint' ? powercut($node) : powercut_cut($node);
+	note("$tag: $cut->{summary}");
 	my $offset = -s $node->logfile;
-	ok($node->start(fail_ok => 1), "$tag: the server recovers")
-	  or diag(slurp_file($node->logfile, $offset));
-	my ($from) = slurp_file($node->logfile, $offset) =~ $restored_re;
-	ok(defined $from && lsn($from) <= $segstart,
-		"$tag: restored from the start of the redo point's segment or earlier");
+	ok($node->start(fail_ok => 1), "$tag: the server starts after the power cut")
+	  or diag(join("\n", grep { /FATAL|PANIC/ } split /\n/, slurp_file($node->logfile, $offset)));
 	if ($node->{_pid})
 	{
-		check_acked($node, $load, $tag);
-		is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id = -1'), '1',
-			"$tag: the commit made during the checkpoint is there");
+		is(ids_present($node, 0, 1, 2), '0,1,2', "$tag: rows 0, 1 and 2 survive the power cut");
 		$node->stop;
 	}
 }
 
-diag(sprintf('%d acknowledged commits checked present across the restore scenarios; %.0f s',
+# --- 9. crash-restart: pg_wal's last page newer than the ring's copy of it --
+# The ring's copy of a write and the write itself both read PostgreSQL's
+# WAL buffer, one after the other; an inserter may add to the partial last
+# page in between (its record lies after the flush request, so it may be
+# inserted meanwhile).  A committer B is held after its copy
+# (write_after_copy), C inserts its commit record into the same page and
+# waits for the WAL write lock; B writes the page -- with C's record --
+# and is held in its sync (sync_before_publish); then B is killed: a
+# crash-restart, no power cut, so pg_wal keeps the newer page.  The
+# restore must not refuse (nor write the older copy over it).
+{
+	my $tag = 'newer_page';
+	my $node = quiet_node($tag, conf => "restart_after_crash = on\n");
+	my @pids = map { stop_server_process($node, $_) } qw(walwriter flusher);
+	# the postmaster forgets the flusher's pause point, which the processes
+	# of the crash-restart would inherit
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	acked_insert($node, $_) for 1 .. 3;
+	my $offset = -s $node->logfile;
+	pause_rearm($node, $_) for qw(write_after_copy sync_before_publish);
+	my $b = bg_psql($node, "SET pmwal.test_pause = 'write_after_copy,sync_before_publish'",
+		'INSERT INTO t VALUES (4)');
+	my $b_pid = pause_or_exit($node, 'write_after_copy', $offset, $b)
+	  or die "$tag: B did not pause";
+	my $c = bg_psql($node, 'INSERT INTO t VALUES (5)');
+	$node->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'WALWrite' AND query = 'INSERT INTO t VALUES (5)'})
+	  or die "$tag: C does not wait for the WAL write lock";
+	pause_release($node, 'write_after_copy');
+	pause_or_exit($node, 'sync_before_publish', $offset, $b) or die "$tag: B did not pause in its sync";
+	note("$tag: B ($b_pid) wrote its page with C's record in it; " . status_line($node));
+	$offset = -s $node->logfile;
+	powercut_kill_one($b_pid);
+	kill 'CONT', @pids;
+	bg_psql_finish($b);
+	bg_psql_finish($c);
+	my $up = 0;
+	for (1 .. 600)
+	{
+		my $log = slurp_file($node->logfile, $offset);
+		last if $up = $log =~ /all server processes terminated; reinitializing.*database system is ready to accept connections/s;
+		last if $log =~ /database system is shut down/;
+		Time::HiRes::sleep(0.1);
+	}
+	my $log = slurp_file($node->logfile, $offset);
+	ok($up, "$tag: the crash-restart completes")
+	  or diag(join("\n", grep { /FATAL|DETAIL/ } split /\n/, $log));
+	if ($up)
+	{
+		is(ids_present($node, 1 .. 3), '1,2,3', "$tag: the acknowledged rows are there");
+		$node->stop;
+	}
+	else
+	{
+		$node->_update_pid(0);
+	}
+}
+
+note(sprintf('%d acknowledged commits checked present across the restore scenarios; %.0f s',
 		$checked, Time::HiRes::time() - $started));
 
 done_testing();

@@ -1,5 +1,5 @@
-# The postmaster's exit sync after a failed fsync (found by an adversarial
-# review of t/022's mechanism).
+# A failed fsync of pg_wal and the ring (found by an adversarial review of
+# t/022's mechanism; reworked for the sync layer).
 #
 # Linux reports a writeback error once per file (errseq): after a failed
 # fsync the dirty pages are marked clean and never written again, and a
@@ -7,30 +7,54 @@
 # returns 0.  (This is why PostgreSQL PANICs on a failed fsync instead of
 # retrying: data_sync_retry.)
 #
-# pmwal acknowledges commits from the ring; when the sync of pg_wal behind
-# the ring fails, the process PANICs and the ring is the only durable copy
-# of that WAL.  With restart_after_crash = off the postmaster then exits
-# through proc_exit.  Its exit sync must not trust a second fsync and
-# empty the ring (as the first version of it did: every acknowledged
-# commit of the failed range was gone after the power cut, 2322 of 2322):
-# after a PANIC the ring stays, and the next start's restore writes its
-# WAL anew.  The crash-restart case (restart_after_crash = on) is the
-# control: its restore rewrites the ring's WAL.
+# With the sync layer PostgreSQL's own WAL syncs are answered from the
+# ring; the real syncs of pg_wal are pmwal's (wal_sync.c), each of which
+# PANICs on failure: the flusher's pass, a writer that finds the ring full
+# and makes room, and the sync before a pg_control write (a checkpoint).
+# Each case makes one of them fail with EIO, with acknowledged commits
+# whose WAL is only in the ring (and in pages the failed sync has now
+# marked clean): the process PANICs, and with restart_after_crash = off
+# the postmaster exits through proc_exit.  Its exit sync (restore.c,
+# pmwal_exit_sync) must not trust a second fsync and empty the ring (as
+# the first version of it did: every acknowledged commit of the failed
+# range was gone after the power cut, 2322 of 2322): after a PANIC the
+# ring stays, and the next start's restore writes its WAL anew.
+#
+#	flusher     the flusher's pass fails (restart_after_crash = off)
+#	checkpoint  the sync before the checkpoint's pg_control write fails
+#	            (restart_after_crash = off)
+#	ring_full   a backend making room in a full (2 MB) ring fails
+#	            (restart_after_crash = off)
+#	restart     the flusher's pass fails with restart_after_crash = on:
+#	            the crash-restart's restore rewrites the ring's WAL
+#	exit_sync   no PANIC: an immediate shutdown, and the exit sync's own
+#	            fsync fails: it leaves the ring as it is
+#
+# Negative control, each case: the data directory after the power cut,
+# started without its ring, lacks acknowledged commits (the cut did take
+# what only the ring held).
 #
 # The failure is modelled by an LD_PRELOAD shim in front of libpowercut:
 # once a trigger file exists, the next fsync/fdatasync of a WAL segment
 # fails with EIO without reaching the power-cut log; later syncs of that
 # inode return 0 without reaching it either, until the file is written
-# again (then they go through).  Everything else is the power-cut harness.
+# again (then they go through).  pmwal's own syncs go through it (pmwal
+# calls the C library through its own linkage, which LD_PRELOAD serves);
+# PostgreSQL's answered syncs never reach the C library.  Everything else
+# is the power-cut harness.
 use strict;
 use warnings;
 use FindBin;
+use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
+use hE;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+
+my $started = Time::HiRes::time();
 
 my $shim_c = <<'EOC';
 #define _GNU_SOURCE
@@ -204,7 +228,7 @@ system('cc', '-shared', '-fPIC', '-O1', '-o', "$tmp/libeio.so", "$tmp/eio.c", '-
 # powercut_start with the shim in front of libpowercut
 sub start_with_eio
 {
-	my ($node, $restart) = @_;
+	my ($node) = @_;
 	my $log = $node->basedir . '/powercut.log';
 	unlink $log, $node->basedir . '/eio.state', $node->basedir . '/eio.trigger',
 	  $node->basedir . '/eio.trigger.used';
@@ -217,56 +241,136 @@ sub start_with_eio
 	return $node->start;
 }
 
+sub trigger_eio
+{
+	my ($node) = @_;
+	PostgreSQL::Test::Utils::append_to_file($node->basedir . '/eio.trigger', '');
+	return;
+}
+
+# Wait until the postmaster of $node is gone.
+sub wait_postmaster_gone
+{
+	my ($node) = @_;
+	my $pid = $node->{_pid} or return 1;
+	my $deadline = time + 120;
+	Time::HiRes::sleep(0.1) while kill(0, $pid) && time < $deadline;
+	my $gone = !kill(0, $pid);
+	$node->_update_pid(0) if $gone;
+	return $gone;
+}
+
+# One case: a node with the shim, acknowledged commits whose WAL only the
+# ring holds, then $provoke->($node) makes a real sync fail.
 sub run_case
 {
-	my ($name, $restart_after_crash) = @_;
-	my $node = pmwal_node($name, size => '64MB',
-		conf => QUIET_WAL . "pmwal.flush_interval = 60s\nrestart_after_crash = $restart_after_crash\n");
+	my ($name, %opts) = @_;
+	my $restart = $opts{restart} // 'off';
+	my $node = pmwal_node($name, size => $opts{size} // '64MB',
+		conf => QUIET_WAL . "pmwal.flush_interval = 60s\nautovacuum = off\nrestart_after_crash = $restart\n"
+		  . ($opts{conf} // ''));
 	start_with_eio($node);
 	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); '
+		  . 'CREATE TABLE filler (id int, v text); CHECKPOINT');
 	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
-	my $load = acked_load_start($node, tag => $name, clients => 2);
-	$node->poll_query_until('postgres', 'SELECT count(*) >= 1500 FROM t')
-	  or die "$name: the load does not run: ${ $load->{err} }";
-	$load->{h}->kill_kill;
+	stop_server_process($node, 'walwriter');
+	$opts{prepare}->($node) if $opts{prepare};
+	my $load = acked_load_start($node, tag => $name, clients => 2, duration => 2);
 	acked_load_finish($load);
 	note("$name: $load->{total} commits acknowledged");
-	cmp_ok(ring_read_u64($node->{pmwal_ring}, 'head'), '>',
-		ring_read_u64($node->{pmwal_ring}, 'tail'), "$name: the ring holds WAL not yet synced");
+	my $st = pmwal_status($node);
+	cmp_ok(lsn_num($st->{durable_lsn}), '<', lsn_num($st->{head_lsn}),
+		"$name: acknowledged WAL is in the ring only ($st->{durable_lsn} < $st->{head_lsn})");
 
-	# the next WAL fsync fails with EIO: the process PANICs
 	my $offset = -s $node->logfile;
-	PostgreSQL::Test::Utils::append_to_file($node->basedir . '/eio.trigger', '');
-	$node->psql('postgres', 'CHECKPOINT');
-	my $pid = $node->{_pid};
-	if ($restart_after_crash eq 'off')
+	trigger_eio($node);
+	$opts{provoke}->($node);
+	my $log;
+	if ($restart eq 'off')
 	{
-		# the postmaster exits
-		my $deadline = time + 60;
-		sleep 1 while kill(0, $pid) && time < $deadline;
-		ok(!kill(0, $pid), "$name: the postmaster exited after the PANIC");
-		$node->_update_pid(0);
+		ok(wait_postmaster_gone($node), "$name: the postmaster exited");
+		$log = slurp_file($node->logfile, $offset);
+		like($log, qr/$opts{panic}/, "$name: the failed sync was reported ($opts{who})");
 	}
 	else
 	{
-		$node->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-		  or die "$name: no crash-restart";
-		$node->stop;
+		$node->wait_for_log(qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s,
+			$offset);
+		$log = slurp_file($node->logfile, $offset);
+		like($log, qr/$opts{panic}/, "$name: the failed sync PANICked ($opts{who})");
+		like($log, qr/reinitializing.*pmwal restored WAL .*\(crash-restart\)/s,
+			"$name: the crash-restart restored the ring");
+		$node->stop('immediate');
 	}
-	my $log = slurp_file($node->logfile, $offset);
-	like($log, qr/PANIC:.*could not (fsync|fdatasync)/, "$name: a WAL fsync failed: PANIC");
-	note(join("\n", grep { /pmwal|PANIC/ } split /\n/, $log));
+	note(join("\n", grep { /pmwal|PANIC|WARNING/ } split /\n/, $log));
 	note('eio.state: ' . slurp_file($node->basedir . '/eio.state'));
+	unlike($log, qr/pmwal synced pg_wal after the last server process exited; the ring is empty/,
+		"$name: the exit sync did not empty the ring") if $restart eq 'off';
 
 	my $cut = powercut_cut($node);
 	note("$name: the power cut undid $cut->{undone} writes");
-	$node->start;
+	if ($restart eq 'off')
+	{
+		cmp_ok(ring_read_u64($node->{pmwal_ring}, 'head'), '>', ring_read_u64($node->{pmwal_ring}, 'tail'),
+			"$name: the ring still holds its WAL");
+		my $n = without_ring_query($node, 'SELECT count(*) FROM t');
+		cmp_ok($n // 0, '<', $load->{total},
+			"$name: negative control: without the ring acknowledged commits are lost (" . ($n // 0) . " of $load->{total} there)");
+	}
+	$node->append_conf('postgresql.auto.conf', "pmwal.test_pause = ''\n");
+	$offset = -s $node->logfile;
+	ok($node->start(fail_ok => 1), "$name: the server starts after the power cut")
+	  or diag(join("\n", grep { /FATAL|PANIC|DETAIL/ } split /\n/, slurp_file($node->logfile, $offset)));
+	return unless $node->{_pid};
+	like(slurp_file($node->logfile, $offset), $restored_re, "$name: it restored the ring")
+	  if $restart eq 'off';
 	my ($acked, $missing) = acked_check($node, $load);
 	is($missing, 0, "$name: all $acked acknowledged commits are there after the power cut");
 	$node->stop;
+	return;
 }
 
-run_case('crash_restart', 'on');
-run_case('exit', 'off');
+my $sync_panic = 'PANIC:  could not fsync file "pg_wal/[0-9A-F]{24}": Input/output error';
+
+run_case('flusher',
+	who => 'the flusher',
+	prepare => sub { hold_flusher($_[0]) },
+	provoke => sub {
+		my ($node) = @_;
+		pause_release($node, 'flusher_loop');
+	},
+	panic => $sync_panic);
+
+run_case('checkpoint',
+	who => 'the checkpointer',
+	prepare => sub { stop_server_process($_[0], 'flusher') },
+	provoke => sub { $_[0]->psql('postgres', 'CHECKPOINT') },
+	panic => $sync_panic);
+
+run_case('ring_full',
+	who => 'a backend making room',
+	size => '2MB',
+	conf => "wal_buffers = 256kB\n",
+	prepare => sub { stop_server_process($_[0], 'flusher') },
+	provoke => sub {
+		$_[0]->psql('postgres',
+			q{INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, 40000) g});
+	},
+	panic => $sync_panic);
+
+run_case('restart',
+	who => 'the flusher',
+	restart => 'on',
+	prepare => sub { hold_flusher($_[0]) },
+	provoke => sub { pause_release($_[0], 'flusher_loop') },
+	panic => $sync_panic);
+
+run_case('exit_sync',
+	who => 'none: the exit sync',
+	prepare => sub { stop_server_process($_[0], 'flusher') },
+	provoke => sub { $_[0]->stop('immediate') },
+	panic => 'WARNING:  could not fsync file "pg_wal/[0-9A-F]{24}": Input/output error');
+
+note(sprintf('%.0f s', Time::HiRes::time() - $started));
 done_testing();
