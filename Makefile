@@ -1,21 +1,22 @@
 # pmwal: durable commits through a ring of persistent memory (PGXS)
 
 MODULE_big = pmwal
+# the extension's sources, one concern per file (docs/README.md has the map)
 OBJS = \
 	$(WIN32RES) \
-	binding.o \
-	flusher.o \
-	interpose.o \
-	pmwal.o \
-	restore.o \
-	restore_timeline.o \
-	ring_file.o \
-	ring_format.o \
-	state.o \
-	status.o \
-	test_pause.o \
-	wal_ring.o \
-	wal_sync.o
+	src/binding.o \
+	src/flusher.o \
+	src/interpose.o \
+	src/pmwal.o \
+	src/restore.o \
+	src/restore_timeline.o \
+	src/ring_file.o \
+	src/ring_format.o \
+	src/state.o \
+	src/status.o \
+	src/test_pause.o \
+	src/wal_ring.o \
+	src/wal_sync.o
 
 EXTENSION = pmwal
 DATA = pmwal--1.0.sql pmwal--1.0--1.1.sql pmwal--1.1--2.0.0.sql pmwal--2.0.0.sql
@@ -26,7 +27,7 @@ SHLIB_LINK += -lpmem
 PG_CPPFLAGS += -Wno-unused-parameter
 
 # The build for pmwal's own tests (tools/test, CI): test-only pause points
-# (test_pause.c) and the setting pmwal.test_pause.  Release builds and
+# (src/test_pause.c) and the setting pmwal.test_pause.  Release builds and
 # packages leave it out.
 ifdef PMWAL_TEST
 PG_CPPFLAGS += -DPMWAL_TEST_PAUSES
@@ -112,4 +113,4 @@ clean-powercut:
 
 # PGXS tracks no header dependencies without --enable-depend: every object
 # depends on the shared headers, or a changed struct layout goes unnoticed.
-$(OBJS): pmwal.h ring_format.h
+$(OBJS): src/pmwal.h src/ring_format.h

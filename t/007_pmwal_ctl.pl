@@ -170,7 +170,7 @@ like($out, qr/reset --discard-wal RING/, '--help: usage is shown');
 like($out, qr/unbind -D DATADIR \[--force\]/, '--help: names unbind');
 like($out, qr/Exit status:\n  0  success.*\n  1  error.*\n(?:.*\n)*  2  the ring is not usable or its WAL is damaged.*\n(?:.*\n)*  3  verify could not check/,
 	'--help: documents the exit statuses');
-my ($version) = slurp_file("$FindBin::RealBin/../pmwal_version.h") =~ /#define PMWAL_VERSION\s+"([^"]+)"/;
+my ($version) = slurp_file("$FindBin::RealBin/../src/pmwal_version.h") =~ /#define PMWAL_VERSION\s+"([^"]+)"/;
 ($rc, $out) = ctl('--version');
 is($rc, 0, '--version: exit 0');
 is($out, "pmwal_ctl (pmwal) $version", "--version: pmwal_ctl (pmwal) $version, from pmwal_version.h");

@@ -2,7 +2,7 @@
 #		What every pmwal TAP test needs: a node that preloads pmwal on an
 #		emulated ring of its own in /dev/shm, and access to the ring's bytes.
 #
-# The ring layout used here is documented in ring_format.h and README.md.
+# The ring layout used here is documented in src/ring_format.h and docs/ring-format.md.
 package PmwalTest;
 
 use strict;
@@ -698,6 +698,23 @@ sub ring_probe
 	return \%r;
 }
 
+# Copy what building pmwal.so needs (the Makefile, the SQL scripts, the
+# control file and src/) from the checkout $top into $dir, for a build of
+# its own there (mutants, the release build).
+push @EXPORT, qw(copy_module_sources);
+
+sub copy_module_sources
+{
+	my ($top, $dir) = @_;
+	mkdir "$dir/src" or die "copy_module_sources: mkdir $dir/src: $!";
+	for my $f (grep { -f $_ } glob("$top/Makefile $top/*.control $top/*.sql $top/src/*.c $top/src/*.h"))
+	{
+		(my $rel = $f) =~ s{^\Q$top\E/}{};
+		File::Copy::copy($f, "$dir/$rel") or die "copy_module_sources: copy $f: $!";
+	}
+	return;
+}
+
 # Build pmwal.so with the single-point mutation $n of the ring's store
 # order (PMWAL_MUTANT in pmwal.h) from this checkout into a directory of its
 # own, for ring_probe's libdir; nothing is installed.
@@ -705,10 +722,9 @@ sub build_mutant
 {
 	my ($n) = @_;
 	my $top = "$FindBin::RealBin/..";
-	$top = "$FindBin::RealBin/../.." unless -f "$top/pmwal.h";
+	$top = "$FindBin::RealBin/../.." unless -f "$top/src/pmwal.h";
 	my $dir = PostgreSQL::Test::Utils::tempdir("mutant_$n");
-	my @files = grep { -f $_ } glob("$top/*.c $top/*.h $top/Makefile $top/*.control $top/*.sql");
-	File::Copy::copy($_, $dir) or die "build_mutant: copy $_: $!" for @files;
+	copy_module_sources($top, $dir);
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ 'make', '-s', '-C', $dir, "PG_CPPFLAGS=-DPMWAL_MUTANT=$n", 'pmwal.so' ],
 		'>', \$out, '2>', \$err)

@@ -436,10 +436,9 @@ sub release_build_dir
 {
 	my $top = "$FindBin::RealBin/..";
 	$top = $ENV{PMWAL_TEST_LIBDIR}
-	  if $ENV{PMWAL_TEST_LIBDIR} && -f "$ENV{PMWAL_TEST_LIBDIR}/pmwal.h";
+	  if $ENV{PMWAL_TEST_LIBDIR} && -f "$ENV{PMWAL_TEST_LIBDIR}/src/pmwal.h";
 	my $dir = PostgreSQL::Test::Utils::tempdir('release');
-	my @files = grep { -f $_ } glob("$top/*.c $top/*.h $top/Makefile $top/*.control $top/*.sql");
-	File::Copy::copy($_, $dir) or die "copy $_: $!" for @files;
+	PmwalTest::copy_module_sources($top, $dir);
 	my ($out, $err) = ('', '');
 	delete local $ENV{PMWAL_TEST};
 	IPC::Run::run([ 'make', '-s', '-C', $dir, 'pmwal.so' ], '>', \$out, '2>', \$err)
