@@ -34,9 +34,9 @@ use IPC::Run ();
 use Time::HiRes ();
 
 our @EXPORT = qw(OLD_BUILD hc_mode hc_node hc_standby hc_extension hold_commit
-  release_commit session send_and_wait session_pid stock_node gdb_hold_commit
+  release_commit session stock_node gdb_hold_commit
   hold_point server_major wal_flush_lsn wait_log flusher_hold flusher_pass
-  pad_into_last_page quiesce wal_bytes first_difference);
+  pad_into_last_page quiesce);
 
 # The negative-control build, or undef.
 sub OLD_BUILD { return $ENV{PMWAL_OLD_BUILD} }
@@ -135,40 +135,11 @@ sub quiesce
 	return;
 }
 
-# An interactive psql session (one statement per line).
+# An interactive psql session (PmwalTest's psql_session).
 sub session
 {
 	my ($node, $db) = @_;
-	my ($in, $out) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr($db // 'postgres'), '-f', '-' ],
-		'<', \$in, '>&', \$out);
-	return { h => $h, in => \$in, out => \$out };
-}
-
-# Send $sql to a session and wait until its output matches $re; returns
-# the output.
-sub send_and_wait
-{
-	my ($s, $sql, $re, $timeout) = @_;
-	${ $s->{out} } = '';
-	${ $s->{in} } .= $sql;
-	my $deadline = Time::HiRes::time() + ($timeout // 120);
-	while (${ $s->{out} } !~ $re)
-	{
-		die "session: no match for $re in: ${ $s->{out} }"
-		  if Time::HiRes::time() > $deadline || !$s->{h}->pumpable;
-		$s->{h}->pump_nb;
-		Time::HiRes::usleep(10_000);
-	}
-	return ${ $s->{out} };
-}
-
-sub session_pid
-{
-	my ($s) = @_;
-	my ($pid) = send_and_wait($s, "SELECT 'pid=' || pg_backend_pid();\n", qr/^pid=(\d+)$/m) =~ /^pid=(\d+)$/m;
-	return $pid;
+	return psql_session($node, db => $db);
 }
 
 # A node without pmwal (stock PostgreSQL), fsync on, the WAL writer and
@@ -294,50 +265,6 @@ sub pad_into_last_page
 		$node->safe_psql('postgres', "SELECT pg_logical_emit_message(true, 'pad', repeat('x', $size))");
 	}
 	die 'could not pad the WAL into the last page of a segment';
-}
-
-# The WAL in $datadir's pg_wal on timeline $tli, from $from to $to, as
-# bytes ($segsize: the WAL segment size; a missing segment ends it).
-sub wal_bytes
-{
-	my ($datadir, $tli, $from, $to, $segsize) = @_;
-	$segsize //= 16 * 1024 * 1024;
-	my $per_id = int(2**32 / $segsize);
-	my $bytes = '';
-	for (my $p = $from; $p < $to;)
-	{
-		my $segno = int($p / $segsize);
-		my $name = sprintf('%08X%08X%08X', $tli, int($segno / $per_id), $segno % $per_id);
-		my $off = $p % $segsize;
-		my $n = $segsize - $off < $to - $p ? $segsize - $off : $to - $p;
-		open my $fh, '<:raw', "$datadir/pg_wal/$name" or last;
-		sysseek($fh, $off, 0);
-		my $buf = '';
-		sysread($fh, $buf, $n);
-		close $fh;
-		$bytes .= $buf;
-		last if length($buf) < $n;
-		$p += $n;
-	}
-	return $bytes;
-}
-
-# Offset of the first byte that differs between $a and $b (over the
-# shorter), or undef.
-sub first_difference
-{
-	my ($a, $b) = @_;
-	my $n = length($a) < length($b) ? length($a) : length($b);
-	for (my $i = 0; $i < $n; $i += 8192)
-	{
-		my $len = $n - $i < 8192 ? $n - $i : 8192;
-		next if substr($a, $i, $len) eq substr($b, $i, $len);
-		for my $j ($i .. $i + $len - 1)
-		{
-			return $j if substr($a, $j, 1) ne substr($b, $j, 1);
-		}
-	}
-	return undef;
 }
 
 1;

@@ -17,73 +17,25 @@ use PostgreSQL::Test::Utils;
 use PmwalTest;
 use PostgreSQL::Test::RecursiveCopy;
 
-our @EXPORT = qw(session send_and_wait session_output session_pumpable session_close
+our @EXPORT = qw(session
   wait_syncrep_wait proc_of hold_proc release_proc wait_sync_standbys
-  acked_missing_sql acked_missing lsn_text disk_page_lsn_max wal_bytes first_difference
+  acked_missing_sql acked_missing lsn_text disk_page_lsn_max
   relmap_filenode history_files stock_primary noring_query control_checkpoint
   windows_setup w_start_load w_wait_rows w_cut copy_broken w_restart_and_check);
 
 my $SEG = 16 * 1024 * 1024;
 
 # ---------------------------------------------------------------------------
-# Interactive sessions: psql reading SQL from a pipe; stdout and stderr in
-# one buffer (WARNINGs and DETAILs included), so that a test sees what the
-# client saw, in order.
+# Interactive sessions (PmwalTest's psql_session), with command tags and
+# ON_ERROR_STOP off, knowing their backend's pid.
 # ---------------------------------------------------------------------------
 sub session
 {
 	my ($node) = @_;
-	my ($in, $out) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-XAt', '-v', 'ON_ERROR_STOP=0', '-d', $node->connstr('postgres'), '-f', '-' ],
-		'<', \$in, '>&', \$out);
-	my $s = { h => $h, in => \$in, out => \$out };
+	my $s = psql_session($node, on_error_stop => 0, tags => 1);
 	($s->{pid}) = send_and_wait($s, "SELECT pg_backend_pid();\n", qr/^(\d+)$/m) =~ /^(\d+)$/m;
 	${ $s->{out} } = '';
 	return $s;
-}
-
-# Send $sql; unless $re is undef, wait until the output (since this call)
-# matches it and return the output.
-sub send_and_wait
-{
-	my ($s, $sql, $re, $timeout) = @_;
-	${ $s->{out} } = '';
-	${ $s->{in} } .= $sql;
-	$s->{h}->pump_nb;
-	return undef unless defined $re;
-	my $deadline = Time::HiRes::time() + ($timeout // 120);
-	while (${ $s->{out} } !~ $re)
-	{
-		die "session: no match for $re in: ${ $s->{out} }"
-		  if Time::HiRes::time() > $deadline || !$s->{h}->pumpable;
-		$s->{h}->pump_nb;
-		Time::HiRes::usleep(10_000);
-	}
-	return ${ $s->{out} };
-}
-
-# What the client has received so far (since the last send).
-sub session_output
-{
-	my ($s) = @_;
-	eval { $s->{h}->pump_nb } if $s->{h}->pumpable;
-	return ${ $s->{out} };
-}
-
-sub session_pumpable
-{
-	my ($s) = @_;
-	eval { $s->{h}->pump_nb } if $s->{h}->pumpable;
-	return $s->{h}->pumpable;
-}
-
-sub session_close
-{
-	my ($s) = @_;
-	${ $s->{in} } .= "\\q\n" if $s->{h}->pumpable;
-	eval { $s->{h}->finish };
-	return;
 }
 
 # Wait until backend $pid of $node waits for synchronous replication (wait
@@ -196,48 +148,6 @@ sub disk_page_lsn_max
 		close $fh;
 	}
 	return ($max, $pages);
-}
-
-# The WAL in $datadir's pg_wal on timeline $tli from $from to $to, as bytes
-# (a missing segment ends it).
-sub wal_bytes
-{
-	my ($datadir, $tli, $from, $to) = @_;
-	my $bytes = '';
-	for (my $p = $from; $p < $to;)
-	{
-		my $segno = int($p / $SEG);
-		my $name = sprintf('%08X%08X%08X', $tli, int($segno / 256), $segno % 256);
-		my $off = $p % $SEG;
-		my $n = $SEG - $off < $to - $p ? $SEG - $off : $to - $p;
-		open my $fh, '<:raw', "$datadir/pg_wal/$name" or last;
-		sysseek($fh, $off, 0);
-		my $buf = '';
-		sysread($fh, $buf, $n);
-		close $fh;
-		$bytes .= $buf;
-		last if length($buf) < $n;
-		$p += $n;
-	}
-	return $bytes;
-}
-
-# Offset of the first byte that differs between $a and $b (over the
-# shorter), or undef.
-sub first_difference
-{
-	my ($a, $b) = @_;
-	my $n = length($a) < length($b) ? length($a) : length($b);
-	for (my $i = 0; $i < $n; $i += 8192)
-	{
-		my $len = $n - $i < 8192 ? $n - $i : 8192;
-		next if substr($a, $i, $len) eq substr($b, $i, $len);
-		for my $j ($i .. $i + $len - 1)
-		{
-			return $j if substr($a, $j, 1) ne substr($b, $j, 1);
-		}
-	}
-	return undef;
 }
 
 # The relfilenode that the relation map file $mapfile (global/ or

@@ -848,6 +848,165 @@ sub pause_rearm
 	return;
 }
 
+# Interactive psql sessions: SQL sent through a pipe, stdout and stderr in
+# one buffer (WARNINGs and DETAILs included), so that a test sees what the
+# client saw, in order.  Options: db (postgres), on_error_stop (1), tags
+# (0: -q, no command tags).
+push @EXPORT, qw(psql_session send_and_wait session_pid session_output session_pumpable
+  session_close session_end);
+
+sub psql_session
+{
+	my ($node, %o) = @_;
+	my ($in, $out) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', $o{tags} ? '-XAt' : '-XAtq', '-v', 'ON_ERROR_STOP=' . ($o{on_error_stop} // 1),
+		  '-d', $node->connstr($o{db} // 'postgres'), '-f', '-' ],
+		'<', \$in, '>&', \$out);
+	return { h => $h, in => \$in, out => \$out };
+}
+
+# Send $sql; unless $re is undef, wait until the output (since this call)
+# matches it and return the output.
+sub send_and_wait
+{
+	my ($s, $sql, $re, $timeout) = @_;
+	${ $s->{out} } = '';
+	${ $s->{in} } .= $sql;
+	$s->{h}->pump_nb if $s->{h}->pumpable;
+	return undef unless defined $re;
+	my $deadline = Time::HiRes::time() + ($timeout // 120);
+	while (${ $s->{out} } !~ $re)
+	{
+		die "session: no match for $re in: ${ $s->{out} }"
+		  if Time::HiRes::time() > $deadline || !$s->{h}->pumpable;
+		$s->{h}->pump_nb;
+		Time::HiRes::usleep(10_000);
+	}
+	return ${ $s->{out} };
+}
+
+sub session_pid
+{
+	my ($s) = @_;
+	my ($pid) = send_and_wait($s, "SELECT 'pid=' || pg_backend_pid();\n", qr/^pid=(\d+)$/m)
+	  =~ /^pid=(\d+)$/m;
+	return $pid;
+}
+
+# What the client has received so far (since the last send).
+sub session_output
+{
+	my ($s) = @_;
+	eval { $s->{h}->pump_nb } if $s->{h}->pumpable;
+	return ${ $s->{out} };
+}
+
+sub session_pumpable
+{
+	my ($s) = @_;
+	eval { $s->{h}->pump_nb } if $s->{h}->pumpable;
+	return $s->{h}->pumpable;
+}
+
+# End a session with \q.
+sub session_close
+{
+	my ($s) = @_;
+	${ $s->{in} } .= "\\q\n" if $s->{h}->pumpable;
+	eval { $s->{h}->finish };
+	return;
+}
+
+# End a session whose server is gone (or that is no longer needed).
+sub session_end
+{
+	my ($s) = @_;
+	$s->{h}->kill_kill if $s->{h}->pumpable;
+	eval { $s->{h}->finish };
+	return;
+}
+
+# The WAL in $datadir's pg_wal on timeline $tli from $from to $to, as bytes
+# ($segsize: the WAL segment size; a missing segment ends it).
+push @EXPORT, qw(wal_bytes first_difference);
+
+sub wal_bytes
+{
+	my ($datadir, $tli, $from, $to, $segsize) = @_;
+	$segsize //= 16 * 1024 * 1024;
+	my $per_id = int(2**32 / $segsize);
+	my $bytes = '';
+	for (my $p = $from; $p < $to;)
+	{
+		my $segno = int($p / $segsize);
+		my $name = sprintf('%08X%08X%08X', $tli, int($segno / $per_id), $segno % $per_id);
+		my $off = $p % $segsize;
+		my $n = $segsize - $off < $to - $p ? $segsize - $off : $to - $p;
+		open my $fh, '<:raw', "$datadir/pg_wal/$name" or last;
+		sysseek($fh, $off, 0);
+		my $buf = '';
+		sysread($fh, $buf, $n);
+		close $fh;
+		$bytes .= $buf;
+		last if length($buf) < $n;
+		$p += $n;
+	}
+	return $bytes;
+}
+
+# Offset of the first byte that differs between $a and $b (over the
+# shorter), or undef.
+sub first_difference
+{
+	my ($a, $b) = @_;
+	my $n = length($a) < length($b) ? length($a) : length($b);
+	for (my $i = 0; $i < $n; $i += 8192)
+	{
+		my $len = $n - $i < 8192 ? $n - $i : 8192;
+		next if substr($a, $i, $len) eq substr($b, $i, $len);
+		for my $j ($i .. $i + $len - 1)
+		{
+			return $j if substr($a, $j, 1) ne substr($b, $j, 1);
+		}
+	}
+	return undef;
+}
+
+push @EXPORT, qw(arm_all disarm_all);
+
+# Arm pause points for every server process (postgresql.auto.conf and a
+# reload): the way to reach background processes (the checkpointer, the
+# flusher) and writers nobody can name in advance.  The release files of
+# @points are removed first.
+sub arm_all
+{
+	my ($node, $points) = @_;
+	pause_rearm($node, $_) for map { (split /:/)[0] } split /\s*,\s*/, $points;
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET pmwal.test_pause = '$points'; SELECT pg_reload_conf()");
+	_wait_reloaded($node, $points);
+	return;
+}
+
+# A new backend sees the setting: the postmaster has reloaded and sent
+# SIGHUP to every child, so each handles it before its next request.
+sub _wait_reloaded
+{
+	my ($node, $want) = @_;
+	$node->poll_query_until('postgres', 'SHOW pmwal.test_pause', $want)
+	  or die "the setting pmwal.test_pause = '$want' does not arrive";
+	return;
+}
+
+sub disarm_all
+{
+	my ($node) = @_;
+	$node->safe_psql('postgres', 'ALTER SYSTEM RESET pmwal.test_pause; SELECT pg_reload_conf()');
+	_wait_reloaded($node, '');
+	return;
+}
+
 # Run SQL in psql in the background (each element of @sql one -c, so one
 # transaction each); returns a handle for bg_psql_finish.
 sub bg_psql

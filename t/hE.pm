@@ -3,7 +3,7 @@
 #		t/009, t/015, t/022, t/023), on top of PmwalTest.pm:
 #
 #	quiet_node         a node whose WAL only pmwal syncs, table t, accelerated
-#	arm_all, disarm_all, until_paused
+#	until_paused (arm_all, disarm_all: PmwalTest)
 #	                   pause points in every process (ALTER SYSTEM + reload),
 #	                   and a statement run again until some process pauses
 #	hold_flusher, flusher_pass, flusher_release_to, flusher_round
@@ -32,7 +32,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 
-our @EXPORT = qw(quiet_node arm_all disarm_all until_paused ring_words lsn_text
+our @EXPORT = qw(quiet_node until_paused ring_words lsn_text
   acked_insert flush_lsn);
 
 # LSN number as text X/Y.
@@ -55,25 +55,6 @@ sub quiet_node
 		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
 	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
 	return $node;
-}
-
-# Arm pause points in every process (postgresql.auto.conf and a reload):
-# each process reads them at its next reload, so a test waits for the
-# pause it wants rather than for the reload (until_paused).
-sub arm_all
-{
-	my ($node, $points) = @_;
-	pause_rearm($node, $_) for map { (split /:/)[0] } split /\s*,\s*/, $points;
-	$node->safe_psql('postgres',
-		"ALTER SYSTEM SET pmwal.test_pause = '$points'; SELECT pg_reload_conf()");
-	return;
-}
-
-sub disarm_all
-{
-	my ($node) = @_;
-	$node->safe_psql('postgres', 'ALTER SYSTEM RESET pmwal.test_pause; SELECT pg_reload_conf()');
-	return;
 }
 
 # Run $sql in a background psql until some process pauses at $point

@@ -17,40 +17,8 @@ use Time::HiRes ();
 
 use PmwalTest;
 
-our @EXPORT = qw(arm_all disarm_all forget_pauses hold_at flush_covered ring_holds_flush_page
-  session send_and_wait session_pid session_end rows);
-
-# Arm pause points for every server process (postgresql.auto.conf and a
-# reload): the way to reach background processes (the checkpointer, the
-# flusher) and writers nobody can name in advance.  The release files of
-# @points are removed first.
-sub arm_all
-{
-	my ($node, $points) = @_;
-	pause_rearm($node, $_) for map { (split /:/)[0] } split /\s*,\s*/, $points;
-	$node->safe_psql('postgres',
-		"ALTER SYSTEM SET pmwal.test_pause = '$points'; SELECT pg_reload_conf()");
-	_wait_reloaded($node, $points);
-	return;
-}
-
-# A new backend sees the setting: the postmaster has reloaded and sent
-# SIGHUP to every child, so each handles it before its next request.
-sub _wait_reloaded
-{
-	my ($node, $want) = @_;
-	$node->poll_query_until('postgres', 'SHOW pmwal.test_pause', $want)
-	  or die "the setting pmwal.test_pause = '$want' does not arrive";
-	return;
-}
-
-sub disarm_all
-{
-	my ($node) = @_;
-	$node->safe_psql('postgres', 'ALTER SYSTEM RESET pmwal.test_pause; SELECT pg_reload_conf()');
-	_wait_reloaded($node, '');
-	return;
-}
+our @EXPORT = qw(forget_pauses hold_at flush_covered ring_holds_flush_page
+  session rows);
 
 # After a power cut: the next start must not hold anything (a setting
 # written by ALTER SYSTEM before the cut would arm the new processes).
@@ -122,50 +90,11 @@ SELECT f, tail_lsn, head_lsn,
 	return ($ok eq 't', "flush $flush, ring [$tail, $head)");
 }
 
-# An interactive psql session: send SQL, wait for output.
+# An interactive psql session (PmwalTest's psql_session).
 sub session
 {
 	my ($node) = @_;
-	my ($in, $out) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-XAtq', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-f', '-' ],
-		'<', \$in, '>&', \$out);
-	return { h => $h, in => \$in, out => \$out };
-}
-
-# Send $sql; with $re, wait until the output matches it (and return it).
-sub send_and_wait
-{
-	my ($s, $sql, $re, $timeout) = @_;
-	${ $s->{out} } = '';
-	${ $s->{in} } .= $sql;
-	return '' unless $re;
-	my $deadline = Time::HiRes::time() + ($timeout // 120);
-	while (${ $s->{out} } !~ $re)
-	{
-		die "session: no match for $re in: ${ $s->{out} }"
-		  if Time::HiRes::time() > $deadline || !$s->{h}->pumpable;
-		$s->{h}->pump_nb;
-		Time::HiRes::usleep(10_000);
-	}
-	return ${ $s->{out} };
-}
-
-sub session_pid
-{
-	my ($s) = @_;
-	my ($pid) = send_and_wait($s, "SELECT 'pid=' || pg_backend_pid();\n", qr/^pid=(\d+)$/m)
-	  =~ /^pid=(\d+)$/m;
-	return $pid;
-}
-
-# End a session whose server is gone (or that is no longer needed).
-sub session_end
-{
-	my ($s) = @_;
-	$s->{h}->kill_kill if $s->{h}->pumpable;
-	eval { $s->{h}->finish };
-	return;
+	return psql_session($node);
 }
 
 # Rows of a query as a comma-separated string.
