@@ -440,8 +440,11 @@ sub release_build_dir
 	my $dir = PostgreSQL::Test::Utils::tempdir('release');
 	PmwalTest::copy_module_sources($top, $dir);
 	my ($out, $err) = ('', '');
+	# PMWAL_TEST off even when the make that runs these tests was given
+	# PMWAL_TEST=1 (tools/test): make passes its command line on in MAKEFLAGS,
+	# and only a command-line assignment overrides that
 	delete local $ENV{PMWAL_TEST};
-	IPC::Run::run([ 'make', '-s', '-C', $dir, 'pmwal.so' ], '>', \$out, '2>', \$err)
+	IPC::Run::run([ 'make', '-s', '-C', $dir, 'PMWAL_TEST=', 'pmwal.so' ], '>', \$out, '2>', \$err)
 	  or die "release build failed: $out$err";
 	return ($dir, "$out$err");
 }
