@@ -47,6 +47,7 @@
 
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "miscadmin.h"
 
 #include "pmwal.h"
 
@@ -81,6 +82,30 @@ path_ends_with(const char *path, const char *suffix)
 		(plen == slen || path[plen - slen - 1] == '/');
 }
 
+/*
+ * Is "rel", the end of "path", this data directory's own file?  The server
+ * opens its WAL and pg_control relative to the data directory, its working
+ * directory ("pg_wal/...", "./pg_wal/..." in a base backup), or under the
+ * absolute DataDir (update_controlfile).  A path that merely ends the same
+ * way elsewhere -- lo_export() to "/tmp/x/pg_wal/<WAL file name>" -- is not
+ * the cluster's: taken for a WAL segment, its write retired the ring and
+ * moved written_end, and so the durable point, to the segment its name
+ * says, past the segment being written, which no real sync covered again.
+ */
+static bool
+own_file(const char *path, const char *rel)
+{
+	size_t		plen = rel - path;
+	size_t		dlen;
+
+	if (plen == 0 || (plen == 2 && strncmp(path, "./", 2) == 0))
+		return true;
+	if (DataDir == NULL)
+		return false;
+	dlen = strlen(DataDir);
+	return plen == dlen + 1 && strncmp(path, DataDir, dlen) == 0 && path[dlen] == '/';
+}
+
 static void
 classify(int fd, const char *path, int flags)
 {
@@ -92,13 +117,13 @@ classify(int fd, const char *path, int flags)
 	name = strrchr(path, '/');
 	name = name ? name + 1 : path;
 	if (IsXLogFileName(name) && name - path >= 7 &&
-		strncmp(name - 7, XLOGDIR "/", 7) == 0 &&
-		(name - path == 7 || name[-8] == '/'))
+		strncmp(name - 7, XLOGDIR "/", 7) == 0 && own_file(path, name - 7))
 	{
 		w.kind = (flags & (O_SYNC | O_DSYNC | O_DIRECT)) ? FD_WAL_PASS : FD_WAL;
 		XLogFromFileName(name, &w.tli, &w.segno, wal_segment_size);
 	}
-	else if (path_ends_with(path, XLOG_CONTROL_FILE))
+	else if (path_ends_with(path, XLOG_CONTROL_FILE) &&
+			 own_file(path, path + strlen(path) - strlen(XLOG_CONTROL_FILE)))
 		w.kind = FD_CONTROL;
 
 	if (fd < FD_TABLE_SIZE)
@@ -247,11 +272,27 @@ wrap_pwrite(int fd, const void *buf, size_t len, off_t offset)
 	return pwrite(fd, buf, len, offset);
 }
 
+/* ... and after it (rc: what the call returned); errno is preserved. */
+static ssize_t
+after_other_write(int fd, ssize_t rc)
+{
+	const WalFd *w = lookup(fd);
+
+	if (rc > 0 && w != NULL && w->kind != FD_CONTROL)
+	{
+		int			save_errno = errno;
+
+		ring_after_wal_other_write(fd, w);
+		errno = save_errno;
+	}
+	return rc;
+}
+
 static ssize_t
 wrap_write(int fd, const void *buf, size_t len)
 {
 	before_other_write(fd, buf, len);
-	return write(fd, buf, len);
+	return after_other_write(fd, write(fd, buf, len));
 }
 
 static ssize_t
@@ -259,7 +300,7 @@ wrap_writev(int fd, const struct iovec *iov, int iovcnt)
 {
 	before_other_write(fd, iovcnt > 0 ? iov[0].iov_base : NULL,
 					   iovcnt > 0 ? iov[0].iov_len : 0);
-	return writev(fd, iov, iovcnt);
+	return after_other_write(fd, writev(fd, iov, iovcnt));
 }
 
 static ssize_t
@@ -267,7 +308,7 @@ wrap_pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset)
 {
 	before_other_write(fd, iovcnt > 0 && offset == 0 ? iov[0].iov_base : NULL,
 					   iovcnt > 0 ? iov[0].iov_len : 0);
-	return pwritev(fd, iov, iovcnt, offset);
+	return after_other_write(fd, pwritev(fd, iov, iovcnt, offset));
 }
 
 static int

@@ -214,6 +214,7 @@ extern const char *pmwal_interpose_failure(void);
 extern ssize_t ring_on_wal_pwrite(int fd, const WalFd *wfd, const void *buf,
 								  size_t len, off_t offset);
 extern void ring_on_wal_other_write(const WalFd *wfd);
+extern void ring_after_wal_other_write(int fd, const WalFd *wfd);
 extern int	ring_on_wal_sync(int fd, const WalFd *wfd, bool datasync);
 extern void ring_on_control_write(const void *buf, size_t len);
 extern void ring_make_durable(void);

@@ -478,9 +478,30 @@ ring_on_wal_other_write(const WalFd *w)
 	if (!tracking())
 		return;
 	retire("a WAL file was written by a call other than pwrite()");
-	/* the write's range is unknown: the next anchor syncs the whole file */
-	note_written(((w->segno + 1) * wal_segment_size));
+
+	/*
+	 * The write's range is unknown, and not to be guessed from the file's
+	 * name: moving written_end to the end of that segment moved the durable
+	 * point there too, past the segment being written, which pmwal then
+	 * never synced again (pmwal_sync_range begins at the durable point).
+	 * The write is synced for real after it (ring_after_wal_other_write);
+	 * the next anchor syncs what was written before it again.
+	 */
+	pg_atomic_fetch_add_u64(&pmwal_shared->writes_done, 1);
 	pmwal_count(CTR_PASS_WRITES, 1);
+}
+
+/* ... and after that write: sync it for real, through pmwal's own linkage. */
+void
+ring_after_wal_other_write(int fd, const WalFd *w)
+{
+	if (!tracking())
+		return;
+	if (fdatasync(fd) != 0)
+		ereport(PANIC,
+				(errcode_for_file_access(),
+				 errmsg("could not fsync WAL segment %u/%llu after a write other than pwrite(): %m",
+						w->tli, (unsigned long long) w->segno)));
 }
 
 int
