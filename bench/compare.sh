@@ -107,14 +107,22 @@ if [ "$standby" = yes ]; then
 port = $((port + 1))
 shared_preload_libraries = ''
 pmwal.path = ''
-primary_conninfo = 'host=$out port=$port application_name=standby'
 CONF
+	# -R wrote primary_conninfo into postgresql.auto.conf, which overrides
+	# postgresql.conf: the standby's name goes there, after it
+	echo "primary_conninfo = 'host=$out port=$port application_name=standby'" >> "$sdata/postgresql.auto.conf"
 	pg_ctl -D "$sdata" -l "$out/standby.log" -w start >/dev/null
 	psql -qX -c "ALTER SYSTEM SET synchronous_standby_names = 'standby'" -c "SELECT pg_reload_conf()" >/dev/null
-	for _ in $(seq 1 100); do
-		[ "$(psql -qAtX -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'")" = sync ] && break
+	sync_state=
+	for _ in $(seq 1 300); do
+		sync_state=$(psql -qAtX -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'standby'")
+		[ "$sync_state" = sync ] && break
 		sleep 0.1
 	done
+	if [ "$sync_state" != sync ]; then
+		echo "the standby did not become synchronous (sync_state '$sync_state')" >&2
+		exit 1
+	fi
 fi
 pgbench -q -i -s "$scale" >/dev/null 2>&1
 echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgbench');" > "$out/insert.sql"
