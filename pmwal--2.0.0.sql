@@ -14,6 +14,7 @@ CREATE FUNCTION pmwal_status(
     OUT durable_lsn pg_lsn,
     OUT accelerated boolean,
     OUT reason text,
+    OUT commit_path text,
     OUT flusher_pid integer,
     OUT generation bigint,
     OUT ring_id text,

@@ -19,6 +19,9 @@ SELECT count(*) FROM pmwal_status();
 -- the library reports its version
 SELECT library_version FROM pmwal_status;
 
+-- which way commits are made durable (no synchronous standby here)
+SELECT accelerated, commit_path FROM pmwal_status;
+
 -- an older version of the extension's SQL is refused clearly, and updates
 DROP EXTENSION pmwal;
 CREATE EXTENSION pmwal VERSION '1.0';

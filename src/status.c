@@ -18,6 +18,8 @@
 
 #include "access/htup_details.h"
 #include "funcapi.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 
@@ -26,11 +28,29 @@
 PG_FUNCTION_INFO_V1(pmwal_status);
 
 /*
- * path, mode, capacity, tail_lsn, head_lsn, bytes_in_use, state,
- * durable_lsn, accelerated, reason, flusher_pid, generation, ring_id,
- * library_version, then the counters in PmwalCounter order
+ * Which way a commit's WAL flush is made durable, and what it waits for
+ * after that: the ring, the ring and then the synchronous standbys (the
+ * standby wait is PostgreSQL's own, after the local flush, unchanged), or
+ * the file system's sync.  Commits at synchronous_commit = local or off,
+ * in any configuration, wait for no standby.
  */
-#define STATUS_FIXED_COLS	14
+static const char *
+commit_path(const char *not_accelerated)
+{
+	bool		standbys = max_wal_senders > 0 &&
+		SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
+
+	if (not_accelerated)
+		return standbys ? "file system sync, then synchronous standby" : "file system sync";
+	return standbys ? "ring, then synchronous standby" : "ring";
+}
+
+/*
+ * path, mode, capacity, tail_lsn, head_lsn, bytes_in_use, state,
+ * durable_lsn, accelerated, reason, commit_path, flusher_pid, generation,
+ * ring_id, library_version, then the counters in PmwalCounter order
+ */
+#define STATUS_FIXED_COLS	15
 #define STATUS_COLS			(STATUS_FIXED_COLS + NUM_COUNTERS)
 
 Datum
@@ -86,6 +106,7 @@ pmwal_status(PG_FUNCTION_ARGS)
 		values[i++] = CStringGetTextDatum(reason);
 	else
 		nulls[i++] = true;
+	values[i++] = CStringGetTextDatum(commit_path(reason));
 	if (pmwal_shared->flusher_pid != 0)
 		values[i++] = Int32GetDatum(pmwal_shared->flusher_pid);
 	else

@@ -95,6 +95,8 @@ $primary->safe_psql('postgres',
 ok(wait_sync_standbys($primary, 2), 'both standbys stream as synchronous standbys');
 is(pmwal_status($primary)->{accelerated}, 'true',
 	'synchronous standbys: pmwal still answers the WAL syncs (no stand-aside)');
+is(pmwal_status($primary)->{commit_path}, 'ring, then synchronous standby',
+	'pmwal_status says commits take the ring, then the synchronous standby wait');
 
 sub set_level
 {
