@@ -83,17 +83,7 @@ SELECT 1 FROM pg_create_logical_replication_slot('s', 'test_decoding')});
 	cmp_ok(lsn_num($confirmed), '<=', lsn_num($flush),
 		"$tag: while the commit is held the slot is confirmed at $confirmed, not beyond the flush pointer $flush");
 
-	my $cut = powercut($node);
-	note("$tag: $cut->{summary}");
-	if ($held)
-	{
-		my ($rc) = bg_psql_finish($held);
-		isnt($rc, 0, "$tag: the held commit was never acknowledged");
-	}
-	else
-	{
-		eval { $s->{h}->finish };
-	}
+	cut_held($node, $tag, $held, $s);
 
 	$node->start;
 	is($node->safe_psql('postgres', 'SELECT timeline_id FROM pg_control_checkpoint()'), '1',

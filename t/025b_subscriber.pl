@@ -94,17 +94,7 @@ CREATE PUBLICATION p FOR TABLE t}) unless $publisher->safe_psql('postgres',
 	cmp_ok(lsn_num($flush), '<', lsn_num($x_end),
 		"$tag: the subscriber does not report X as flushed ($flush)");
 
-	my $cut = powercut($sub);
-	note("$tag: $cut->{summary}");
-	if ($held)
-	{
-		my ($rc) = bg_psql_finish($held);
-		isnt($rc, 0, "$tag: the held commit was never acknowledged");
-	}
-	else
-	{
-		eval { $s->{h}->finish };
-	}
+	cut_held($sub, $tag, $held, $s);
 	$sub->start;
 	$publisher->safe_psql('postgres', 'INSERT INTO t SELECT g FROM generate_series(1021, 1050) g');
 	$sub->poll_query_until('postgres', "SELECT count(*) >= 1050 FROM t");

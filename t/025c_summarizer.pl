@@ -101,10 +101,7 @@ sub scenario
 	cmp_ok(lsn_num($pending), '<=', lsn_num($flush_before),
 		"$tag: the summarizer read no WAL beyond the flush pointer of before the hold ($flush_before)");
 
-	my $cut = powercut($node);
-	note("$tag: $cut->{summary}");
-	if ($held) { bg_psql_finish($held) }
-	else { eval { $s->{h}->finish } }
+	cut_held($node, $tag, $held, $s);
 	eval { $ckpt->{h}->finish };
 
 	my $offset = -s $node->logfile;

@@ -78,10 +78,7 @@ archive_command = 'test -f "$flag" && cp "%p" "$archive/%f"'
 	}
 	ok(!-e "$status/$seg.ready" && !-e "$status/$seg.done",
 		"$tag: segment $seg, whose finishing sync is held, is not marked for the archiver");
-	my $cut = powercut($node);
-	note("$tag: $cut->{summary}");
-	if ($held) { bg_psql_finish($held) }
-	else { eval { $s->{h}->finish } }
+	cut_held($node, $tag, $held, $s);
 
 	my $offset = -s $node->logfile;
 	$node->start;

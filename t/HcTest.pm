@@ -34,7 +34,7 @@ use IPC::Run ();
 use Time::HiRes ();
 
 our @EXPORT = qw(OLD_BUILD hc_mode hc_node hc_standby hc_extension hold_commit
-  release_commit session stock_node gdb_hold_commit
+  cut_held release_commit session stock_node gdb_hold_commit
   hold_point server_major wal_flush_lsn wait_log flusher_hold flusher_pass
   pad_into_last_page quiesce);
 
@@ -112,6 +112,26 @@ sub hold_commit
 		note("try $try went through without being held (another commit's flush covered it); again");
 	}
 	BAIL_OUT("no commit could be held at $point");
+}
+
+# The power cut of a case whose committer is held ($held, from hold_commit)
+# or whose stock control ran in session $s: the held commit must not have
+# been acknowledged.  Returns powercut()'s summary.
+sub cut_held
+{
+	my ($node, $tag, $held, $s) = @_;
+	my $cut = powercut($node);
+	note("$tag: $cut->{summary}");
+	if ($held)
+	{
+		my ($rc) = bg_psql_finish($held);
+		isnt($rc, 0, "$tag: the held commit was never acknowledged");
+	}
+	else
+	{
+		eval { $s->{h}->finish };
+	}
+	return $cut;
 }
 
 # Let a held committer go on.
