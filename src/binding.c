@@ -582,11 +582,21 @@ pmwal_binding_check(ControlFileData *control)
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   LSN_FORMAT_ARGS(control->checkPoint)),
 				 errhint("\"pmwal_ctl dump\" saves the ring's WAL; \"pmwal_ctl reset --discard-wal\" empties it.")));
-	if (control->state != DB_IN_PRODUCTION && control->state != DB_SHUTDOWNING)
+	/*
+	 * In recovery pmwal copies nothing, but a recovery's end is not one
+	 * store: StartupXLOG sets SharedRecoveryState to DONE -- from then on
+	 * backends write WAL and pmwal answers their syncs from the ring -- and
+	 * only then writes DB_IN_PRODUCTION into pg_control.  A crash between
+	 * the two leaves acknowledged WAL in the ring and pg_control in crash
+	 * or archive recovery; PostgreSQL's crash recovery starts from that
+	 * state, and the ring's WAL is proven like any other (restore.c).
+	 */
+	if (control->state != DB_IN_PRODUCTION && control->state != DB_SHUTDOWNING &&
+		control->state != DB_IN_CRASH_RECOVERY && control->state != DB_IN_ARCHIVE_RECOVERY)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pmwal ring \"%s\" holds WAL, but the cluster was in recovery; nothing was restored", path),
-				 errdetail("The ring holds WAL from %X/%X to %X/%X, but pg_control's state is %d: pmwal copies WAL only after recovery, and restores the ring before it.",
+				 errmsg("pmwal ring \"%s\" holds WAL, but the cluster never finished starting; nothing was restored", path),
+				 errdetail("The ring holds WAL from %X/%X to %X/%X, but pg_control's state is %d: pmwal copies WAL only once a start or a recovery has ended.",
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   (int) control->state),
 				 errhint("\"pmwal_ctl dump\" saves the ring's WAL; \"pmwal_ctl reset --discard-wal\" empties it.")));
