@@ -263,7 +263,9 @@ SELECT count(*) FROM (
 # its pg_control write.
 {
 	my $tag = 'checkpoint page';
-	stop_server_process($primary, $_) for qw(walwriter flusher);
+	# the background writer too: cleaning the transaction's newest pages, it
+	# would flush their WAL (FlushBuffer) before the checkpoint does
+	stop_server_process($primary, $_) for ('walwriter', 'flusher', 'background writer');
 	my $a = session($primary);
 	send_and_wait($a, "BEGIN;\nINSERT INTO w SELECT g, repeat(md5(g::text), 60) FROM generate_series(100001, 102000) g;\n",
 		qr/INSERT 0 2000/);

@@ -1180,8 +1180,8 @@ push @EXPORT, qw(stop_server_process wal_fingerprint loaded_node set_conf log_ha
 #    ahead of the insert position as of now (commits may write into them).
 #    The setting is reset in postgresql.auto.conf at once, so that the next
 #    start does not hold it again.
-#  - The WAL writer is SIGSTOPped until it stops inside its main WaitLatch
-#    (its wait event says so).
+#  - The WAL writer and the background writer are SIGSTOPped until one
+#    stops inside its main WaitLatch (its wait event says so).
 sub stop_server_process
 {
 	my ($node, $which) = @_;
@@ -1197,13 +1197,14 @@ sub stop_server_process
 	}
 	my $pid = $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$which'");
-	my $idle = { walwriter => 'WalWriterMain' }->{$which}
+	my $idle = { walwriter => qr/^WalWriterMain$/,
+		'background writer' => qr/^BgWriter(?:Main|Hibernate)$/ }->{$which}
 	  or die "stop_server_process: no idle wait event known for $which";
 	for (1 .. 500)
 	{
 		kill('STOP', $pid) or die "cannot stop the $which ($pid): $!";
 		return $pid if $node->safe_psql('postgres',
-			"SELECT wait_event FROM pg_stat_activity WHERE pid = $pid") eq $idle;
+			"SELECT wait_event FROM pg_stat_activity WHERE pid = $pid") =~ $idle;
 		kill('CONT', $pid);
 		Time::HiRes::sleep(0.01);
 	}
