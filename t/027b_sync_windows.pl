@@ -269,8 +269,19 @@ SELECT count(*) FROM (
 	my $a = session($primary);
 	send_and_wait($a, "BEGIN;\nINSERT INTO w SELECT g, repeat(md5(g::text), 60) FROM generate_series(100001, 102000) g;\n",
 		qr/INSERT 0 2000/);
-	my $head = lsn_num(pmwal_status($primary)->{head_lsn});
-	my $insert = lsn_num($primary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
+	# a backend that evicts a dirty page of w flushes the WAL up to that page,
+	# and the ring takes whole pages: until the transaction's newest records
+	# leave the last page the ring holds, insert a few rows more
+	my ($head, $insert);
+	for my $more (1 .. 20)
+	{
+		$head = lsn_num(pmwal_status($primary)->{head_lsn});
+		$insert = lsn_num($primary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
+		last if $insert > $head;
+		my $from = 102000 + 50 * $more;
+		send_and_wait($a, "INSERT INTO w SELECT g, repeat(md5(g::text), 60) FROM generate_series($from + 1, $from + 50) g;\n",
+			qr/INSERT 0 50/);
+	}
 	cmp_ok($insert, '>', $head, "$tag: the open transaction's newest WAL is beyond the ring's head");
 	my $offset = -s $primary->logfile;
 	pause_rearm($primary, 'control_before_sync');

@@ -1198,7 +1198,7 @@ sub stop_server_process
 	my $pid = $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$which'");
 	my $idle = { walwriter => qr/^WalWriterMain$/,
-		'background writer' => qr/^BgWriter(?:Main|Hibernate)$/ }->{$which}
+		'background writer' => qr/^Bg[Ww]riter(?:Main|Hibernate)$/ }->{$which}
 	  or die "stop_server_process: no idle wait event known for $which";
 	for (1 .. 500)
 	{
