@@ -49,9 +49,10 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# The regression server's ring is emulated pmem, on a path of its own,
+# The regression server's ring is emulated pmem, on a path of its own (one
+# per user and build directory, so that two test runs do not share it),
 # created afresh for each run (a new cluster would not own the old ring).
-REGRESS_RING = /dev/shm/pmwal_regress_$(shell id -u).ring
+REGRESS_RING = /dev/shm/pmwal_regress_$(shell id -u)_$(shell printf '%s' '$(CURDIR)' | cksum | cut -d' ' -f1).ring
 installcheck: export PMEM_IS_PMEM_FORCE = 1
 installcheck: tmp_regress.conf
 .PHONY: tmp_regress.conf

@@ -1,7 +1,7 @@
 --
 -- pmwal's settings: defaults, ranges, contexts and validation messages.
 --
-SELECT name, regexp_replace(setting, '_[0-9]+\.ring$', '_UID.ring') AS setting, unit, context, vartype, min_val, max_val, boot_val
+SELECT name, regexp_replace(setting, '_[0-9_]+\.ring$', '_UID.ring') AS setting, unit, context, vartype, min_val, max_val, boot_val
   FROM pg_settings WHERE name LIKE 'pmwal.%' ORDER BY name;
 
 -- postmaster settings cannot change in a session, reloadable ones neither

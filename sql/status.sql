@@ -5,7 +5,7 @@ CREATE EXTENSION pmwal;
 
 \d pmwal_status
 
-SELECT path ~ '^/dev/shm/pmwal_regress_[0-9]+\.ring$' AS path_ok,
+SELECT path ~ '^/dev/shm/pmwal_regress_[0-9_]+\.ring$' AS path_ok,
        mode, capacity, state
   FROM pmwal_status;
 

@@ -1,8 +1,13 @@
 # tools/common.sh -- shared by tools/test and tools/demo: install what pmwal
-# needs from Debian's archive, build and install it, and pick the
-# unprivileged user that runs PostgreSQL (which refuses to run as root).
+# needs from Debian's archive, pick the unprivileged user that runs
+# PostgreSQL (which refuses to run as root), and build pmwal into a private
+# installation of the server in that user's work directory.
 
-PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb python3-pip bzip2"
+# Everything the tests and the demo call: the build, the server, IPC::Run
+# for TAP, gdb and strace (tests hold and watch server processes), procps
+# (pgrep, ps), gnuplot (the demo's plot), pip (fetching 16-18) and bzip2.
+# tools/fresh-check proves on a new Debian 12 that nothing else is needed.
+PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb strace python3-pip bzip2"
 
 # The server pmwal is built and tested against: Debian's 15 unless
 # use_pg_version picks another (tools/pg-versions.sh).
@@ -45,16 +50,83 @@ install_packages() {
 	fi
 }
 
-# The build for pmwal's tests: -Werror, and PMWAL_TEST=1, which compiles
-# in the test-only pause points (test_pause.c) that release builds lack.
-build_and_install() {
-	echo "== building pmwal for $("$PG_CONFIG" --version) with -Wall -Wextra -Werror, test pause points on"
-	make -s clean PG_CONFIG="$PG_CONFIG"
-	make -s PG_CONFIG="$PG_CONFIG" PMWAL_TEST=1 PG_CFLAGS="-Wall -Wextra -Werror"
-	make -s PG_CONFIG="$PG_CONFIG" PMWAL_TEST=1 install
+# Where the tests and the demo run: a work directory of the test user's,
+# with a copy of this checkout (src/) and a private installation of the
+# server (install/) into which pmwal is installed.  Never the server's own
+# directories: a pmwal that a package or a user installed there is not
+# replaced by a test build (t/ needs pause points a release lacks), and
+# two checkouts, or two versions, can be tested side by side.  Never the
+# checkout itself: the test user may not be able to enter it (a clone in
+# /root), and it stays as its owner left it.
+#
+# The private server tree is a copy of the server's: for 15 Debian's
+# /usr/lib/postgresql/15, /usr/share/postgresql/15 and
+# /usr/include/postgresql under install/usr (PostgreSQL finds its share and
+# lib directories relative to its binary, so the copy is self-contained);
+# for 16-18 the relocatable tree tools/pg-versions.sh fetched.  Any pmwal
+# already in it is left out of the copy.
+#
+# Sets WORK_DIR and moves PG_CONFIG and PG_BINDIR to the private tree.
+# After use_pg_version and pick_test_user.
+setup_work_dir() {
+	local top=${PMWAL_WORK_ROOT:-/var/tmp/pmwal-work} key inst d
+	key=$(printf '%s' "$PWD" | sha1sum | cut -c1-8)
+	WORK_DIR=$top/$(basename "$PWD")-$key-pg$PG_MAJOR
+	# the parent is root's (mode 755), never someone else's or a link
+	mkdir -p -m 0755 "$top"
+	if [ -L "$top" ] || [ "$(stat -c '%u %a' "$top")" != "0 755" ]; then
+		echo "$top must be a directory of root with mode 755; remove it or set PMWAL_WORK_ROOT" >&2
+		exit 1
+	fi
+	rm -rf "$WORK_DIR"
+	mkdir -p "$WORK_DIR/src"
+	# the checkout, less what a build or a test run leaves behind
+	tar -C "$PWD" --exclude=./.git --exclude=./tmp_check --exclude=./tmp_regress \
+		--exclude=./results --exclude=./bench/results --exclude='*.o' --exclude='*.so' \
+		--exclude='*.bc' -cf - . | tar -C "$WORK_DIR/src" -xf -
+	inst=$WORK_DIR/install
+	if [ "$PG_MAJOR" = 15 ]; then
+		for d in /usr/lib/postgresql/15 /usr/share/postgresql/15 /usr/include/postgresql; do
+			mkdir -p "$inst$(dirname "$d")"
+			cp -a "$d" "$inst$d"
+		done
+		PG_BINDIR=$inst/usr/lib/postgresql/15/bin
+	else
+		cp -a "$PG_PREFIX" "$inst"
+		PG_BINDIR=$inst/bin
+	fi
+	find "$inst" \( -name 'pmwal.so' -o -name 'pmwal.control' -o -name 'pmwal--*.sql' \
+		-o -name pmwal_ctl -o -path '*/bitcode/pmwal*' \) -prune -exec rm -rf {} +
+	chown -R "$TEST_USER" "$WORK_DIR"
+	PG_CONFIG=$PG_BINDIR/pg_config
+	echo "== working in $WORK_DIR (a copy of this checkout, and a private installation of $("$PG_CONFIG" --version))"
 }
 
-# The user that owns the checkout while tests write into it: the user who
+# Build pmwal in the work directory with -Werror and install it into the
+# private server tree, as the test user.  "test" builds with PMWAL_TEST=1,
+# which compiles in the test-only pause points (test_pause.c) that release
+# builds lack; "release" without.
+build_and_install() {
+	local kind=${1:-test} flags=()
+	[ "$kind" = test ] && flags=(PMWAL_TEST=1)
+	echo "== building pmwal ($kind build) for $("$PG_CONFIG" --version) with -Wall -Wextra -Werror"
+	(cd "$WORK_DIR/src" &&
+		as_test_user make -s PG_CONFIG="$PG_CONFIG" "${flags[@]}" PG_CFLAGS="-Wall -Wextra -Werror" &&
+		as_test_user make -s PG_CONFIG="$PG_CONFIG" "${flags[@]}" install)
+}
+
+# A fingerprint of the pmwal files in the server's own directories (that
+# a package or "make install" put there): tools/test and tools/demo check
+# that they leave it as it was.  The server of the version in use: Debian's
+# 15, or the fetched tree of 16-18.
+system_pmwal_fingerprint() {
+	local cfg=/usr/lib/postgresql/15/bin/pg_config
+	[ "$PG_MAJOR" = 15 ] || cfg=$PG_PREFIX/bin/pg_config
+	find "$("$cfg" --pkglibdir)" "$("$cfg" --sharedir)/extension" "$("$cfg" --bindir)" \
+		-maxdepth 1 -name 'pmwal*' -type f -exec sha256sum {} + 2>/dev/null | sort
+}
+
+# The user that runs PostgreSQL and owns the work directory: the user who
 # called sudo, or a dedicated one when run as root directly (CI).
 pick_test_user() {
 	if [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
@@ -62,7 +134,6 @@ pick_test_user() {
 	else
 		TEST_USER=pmwaltest
 		id "$TEST_USER" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$TEST_USER"
-		chown -R "$TEST_USER" .
 	fi
 }
 
