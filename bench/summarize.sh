@@ -1,7 +1,7 @@
 #!/bin/bash
 # bench/summarize.sh DIR -- turn DIR/results.csv (from compare.sh) into
 # DIR/summary.md (medians over rounds, ratios B/A and B/C, fsync counts)
-# and DIR/tps.png (TPS against clients per workload; needs gnuplot).
+# and DIR/tps.png (TPS per measured client count and workload; needs gnuplot).
 set -eu
 dir=$1
 csv="$dir/results.csv"
@@ -47,24 +47,28 @@ END {
 } > "$dir/summary.md"
 cat "$dir/summary.md"
 
+# The plot shows what was measured and nothing between: per workload, a
+# group of bars for each client count that was run (no line drawn through
+# client counts that were not, and no axis ticks at them).
 if command -v gnuplot >/dev/null; then
 	workloads=$(cut -d, -f1 "$dir/medians.csv" | sort -u)
 	nw=$(echo "$workloads" | wc -l)
 	for w in $workloads; do
-		for cfg in A B C; do
-			awk -F, -v w="$w" -v c="$cfg" '$1 == w && $3 == c {print $2, $4}' "$dir/medians.csv" > "$dir/plot_${w}_$cfg.dat"
-		done
+		# clients, TPS A, TPS B, TPS C
+		awk -F, -v w="$w" '$1 == w { c[$2] = 1; t[$2, $3] = $4 }
+			END { for (k in c) printf "%s %s %s %s\n", k, t[k, "A"] + 0, t[k, "B"] + 0, t[k, "C"] + 0 }' \
+			"$dir/medians.csv" | sort -n > "$dir/plot_$w.dat"
 	done
 	{
 		echo "set terminal pngcairo size $((520 * nw)),480 noenhanced"
 		echo "set output '$dir/tps.png'"
 		echo "set multiplot layout 1,$nw"
-		echo "set logscale x 2; set xlabel 'clients'; set ylabel 'TPS (median)'; set key outside bottom center vertical; set yrange [0:*]; set grid"
+		echo "set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8 border -1"
+		echo "set xlabel 'clients (as measured)'; set ylabel 'TPS (median)'; set key outside bottom center vertical; set yrange [0:*]; set grid ytics"
 		for w in $workloads; do
 			echo "set title '$w'"
-			echo "plot '$dir/plot_${w}_A.dat' with linespoints lw 2 title 'A stock sync commit', \
-'$dir/plot_${w}_B.dat' with linespoints lw 2 title 'B pmwal', \
-'$dir/plot_${w}_C.dat' with linespoints lw 2 dt 2 title 'C synchronous_commit=off'"
+			echo "plot '$dir/plot_$w.dat' using 2:xtic(1) title 'A stock sync commit', \
+'' using 3 title 'B pmwal', '' using 4 title 'C synchronous_commit=off'"
 		done
 		echo "unset multiplot"
 	} | gnuplot
