@@ -66,12 +66,13 @@ install_packages() {
 # for 16-18 the relocatable tree tools/pg-versions.sh fetched.  Any pmwal
 # already in it is left out of the copy.
 #
-# Sets WORK_DIR and moves PG_CONFIG and PG_BINDIR to the private tree.
-# After use_pg_version and pick_test_user.
+# setup_work_dir PURPOSE (test, demo, ...): one work directory per checkout,
+# purpose and version, made anew.  Sets WORK_DIR and moves PG_CONFIG and
+# PG_BINDIR to the private tree.  After use_pg_version and pick_test_user.
 setup_work_dir() {
 	local top=${PMWAL_WORK_ROOT:-/var/tmp/pmwal-work} key inst d
 	key=$(printf '%s' "$PWD" | sha1sum | cut -c1-8)
-	WORK_DIR=$top/$(basename "$PWD")-$key-pg$PG_MAJOR
+	WORK_DIR=$top/$(basename "$PWD")-$key-$1-pg$PG_MAJOR
 	# the parent is root's (mode 755), never someone else's or a link
 	mkdir -p -m 0755 "$top"
 	if [ -L "$top" ] || [ "$(stat -c '%u %a' "$top")" != "0 755" ]; then
