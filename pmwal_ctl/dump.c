@@ -11,6 +11,10 @@
  * plant a file or a link there could make dump overwrite another file.
  * verify dumps into a scratch directory of its own the same way.
  *
+ * A ring whose positions are inconsistent is dumped too, not refused: it
+ * may hold the newest acknowledged commits, and a dump is the only way to
+ * get them out (dump_salvage).
+ *
  * IDENTIFICATION
  *		pmwal_ctl/dump.c
  *
@@ -90,7 +94,8 @@ refuse_existing(const char *path)
  * the ring's header, of the timeline of the ring's first page.
  */
 static void
-synthetic_long_header(char *page, XLogRecPtr segstart, const Ring *ring, XLogRecPtr first)
+synthetic_long_header(char *page, XLogRecPtr segstart, const Ring *ring, XLogRecPtr first,
+					  TimeLineID tli)
 {
 	XLogLongPageHeader lh = (XLogLongPageHeader) page;
 	XLogPageHeader fh = ring_page(ring, first);
@@ -98,8 +103,7 @@ synthetic_long_header(char *page, XLogRecPtr segstart, const Ring *ring, XLogRec
 	memset(page, 0, XLOG_BLCKSZ);
 	lh->std.xlp_magic = XLOG_PAGE_MAGIC;
 	lh->std.xlp_info = XLP_LONG_HEADER;
-	lh->std.xlp_tli = fh->xlp_magic == XLOG_PAGE_MAGIC ? fh->xlp_tli :
-		(TimeLineID) ring->hdr->timeline.v;
+	lh->std.xlp_tli = fh->xlp_magic == XLOG_PAGE_MAGIC ? fh->xlp_tli : tli;
 	lh->std.xlp_pageaddr = segstart;
 	lh->xlp_sysid = ring->hdr->st.s.system_identifier;
 	lh->xlp_seg_size = ring->hdr->st.s.wal_segment_size;
@@ -107,20 +111,18 @@ synthetic_long_header(char *page, XLogRecPtr segstart, const Ring *ring, XLogRec
 }
 
 /*
- * Write the ring's WAL [tail, head) as segment files of the ring's timeline
- * into "dir"; returns the number of segments written.  Only for a ring
- * whose header checked (RING_OK) and that holds WAL: every field used here
- * was validated.
+ * Write the ring's WAL [from, to) -- whole pages: [tail, head), or the
+ * pages that read as WAL of a ring whose positions are inconsistent -- as
+ * segment files of timeline "tli" into "dir"; returns the number of
+ * segments written.  Only for a ring whose static header checked: every
+ * field used here was validated.
  */
 int
-dump_ring(Ring *ring, const char *dir)
+dump_ring(Ring *ring, const char *dir, XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 {
 	RingHeader *hdr = ring->hdr;
 	uint32		segsize = hdr->st.s.wal_segment_size;
 	uint64		cap = hdr->st.s.capacity;
-	TimeLineID	tli = (TimeLineID) hdr->timeline.v;
-	XLogRecPtr	from = hdr->tail.v;
-	XLogRecPtr	to = hdr->head.v;
 	char	   *seg;
 	int			nsegs = 0;
 	int			dirfd;
@@ -155,7 +157,7 @@ dump_ring(Ring *ring, const char *dir)
 
 		memset(seg, 0, segsize);
 		if (from > segstart)
-			synthetic_long_header(seg, segstart, ring, from);
+			synthetic_long_header(seg, segstart, ring, from, tli);
 		for (XLogRecPtr p = from; p < segend;)
 		{
 			uint64		off = RING_OFFSET(cap, p);
@@ -180,13 +182,65 @@ dump_ring(Ring *ring, const char *dir)
 	return nsegs;
 }
 
-/* The command that reads [first, head) of a dump in "dir" with pg_waldump. */
+/* The command that reads [first, end) of a dump in "dir" with pg_waldump. */
 static char *
-waldump_command(const char *waldump, const char *dir, const RingHeader *hdr, XLogRecPtr first)
+waldump_command(const char *waldump, const char *dir, TimeLineID tli, XLogRecPtr first,
+				XLogRecPtr end)
 {
 	return psprintf("%s --path=%s --timeline=%u --start=%X/%X --end=%X/%X",
-					waldump, dir, (TimeLineID) hdr->timeline.v, LSN_FORMAT_ARGS(first),
-					LSN_FORMAT_ARGS(hdr->head.v));
+					waldump, dir, tli, LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(end));
+}
+
+/*
+ * dump of a ring whose static header checked but whose positions do not
+ * (RING_BAD_RANGE).  A start refuses such a ring, yet it may hold the
+ * cluster's newest acknowledged commits -- a short WAL write can leave a
+ * head inside a page -- so "cannot be read" must not become "nothing to
+ * dump": what still reads as the ring's WAL is dumped instead of [tail,
+ * head), whole pages from the page of the tail on, each with a valid page
+ * header for its address that continues the page before it
+ * (salvage_pages), and nothing else.  Says on stderr that the positions
+ * were inconsistent and what it dumped.  EXIT_OK if it dumped anything,
+ * EXIT_UNUSABLE (having written nothing) if not even the tail's page reads
+ * as WAL.
+ */
+static int
+dump_salvage(Ring *ring, const char *dir)
+{
+	RingHeader *hdr = ring->hdr;
+	char	   *problems = position_problems(hdr);
+	char	   *head_is;
+	PageRun		run;
+	int			nsegs;
+
+	if (!salvage_pages(ring, &run))
+	{
+		pg_log_error("the ring's positions are inconsistent, and not even the page of its tail, %X/%X, reads as this ring's WAL: %s",
+					 LSN_FORMAT_ARGS(run.from), run.stop);
+		pg_log_error_detail("The positions: %s.  Nothing was dumped.", problems);
+		pg_log_error_hint("\"pmwal_ctl inspect\" shows the header; keep a copy of the ring file before resetting or unbinding it.");
+		return EXIT_UNUSABLE;
+	}
+	if (hdr->head.v > run.to)
+		head_is = psprintf("that is short of the head, %X/%X", LSN_FORMAT_ARGS(hdr->head.v));
+	else if (hdr->head.v > run.from)
+		head_is = psprintf("which covers the head, %X/%X", LSN_FORMAT_ARGS(hdr->head.v));
+	else
+		head_is = psprintf("past the head, %X/%X", LSN_FORMAT_ARGS(hdr->head.v));
+	pg_log_warning("the ring's positions are inconsistent: %s", problems);
+	pg_log_warning_detail("A start refuses this ring.  Dumped instead: the " UINT64_FORMAT " pages from the page of the tail, %X/%X, on whose page headers are valid for this ring and continue one another, up to %X/%X, %s: they end %s%s.",
+						  (run.to - run.from) / XLOG_BLCKSZ, LSN_FORMAT_ARGS(run.from),
+						  LSN_FORMAT_ARGS(run.to), head_is,
+						  run.stop ? "where " : "with one whole lap of the ring",
+						  run.stop ? run.stop : "");
+	nsegs = dump_ring(ring, dir, run.from, run.to, run.tli);
+	printf("wrote WAL %X/%X to %X/%X of timeline %u into %d segment file(s) in \"%s\"\n",
+		   LSN_FORMAT_ARGS(run.from), LSN_FORMAT_ARGS(run.to), run.tli, nsegs, dir);
+	if (run.first >= run.to)
+		printf("the pages hold only the middle of one record, which pg_waldump cannot read\n");
+	else
+		printf("read it with: %s\n", waldump_command("pg_waldump", dir, run.tli, run.first, run.to));
+	return EXIT_OK;
 }
 
 int
@@ -200,6 +254,8 @@ cmd_dump(Ring *ring, const char *dir)
 
 	require_lock(ring);
 	verdict = check_header(ring, NULL);
+	if (verdict == RING_BAD_RANGE)
+		return dump_salvage(ring, dir);
 	if (!ring_usable(verdict))
 		return EXIT_UNUSABLE;
 	if (!holds_wal(ring, verdict))
@@ -207,7 +263,7 @@ cmd_dump(Ring *ring, const char *dir)
 		printf("the ring is empty; nothing to dump\n");
 		return EXIT_OK;
 	}
-	nsegs = dump_ring(ring, dir);
+	nsegs = dump_ring(ring, dir, hdr->tail.v, hdr->head.v, (TimeLineID) hdr->timeline.v);
 	printf("wrote WAL %X/%X to %X/%X of timeline %u into %d segment file(s) in \"%s\"\n",
 		   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 		   (TimeLineID) hdr->timeline.v, nsegs, dir);
@@ -216,6 +272,7 @@ cmd_dump(Ring *ring, const char *dir)
 	else if (first >= hdr->head.v)
 		printf("the ring holds only the middle of one record, which pg_waldump cannot read\n");
 	else
-		printf("read it with: %s\n", waldump_command("pg_waldump", dir, hdr, first));
+		printf("read it with: %s\n", waldump_command("pg_waldump", dir, (TimeLineID) hdr->timeline.v,
+													 first, hdr->head.v));
 	return EXIT_OK;
 }

@@ -424,7 +424,10 @@ cmd_reset(Ring *ring)
 	if (verdict != RING_OK)
 	{
 		pg_log_error("refusing to reset ring \"%s\": its header is not usable", ring->path);
-		pg_log_error_hint("A start refuses this ring whatever its positions say; remove the file if it is not needed, or make it a new ring with \"pmwal_ctl init --force\".");
+		if (verdict == RING_BAD_RANGE)
+			pg_log_error_hint("Its positions are inconsistent, and it may hold acknowledged WAL: save it with \"pmwal_ctl dump\" first (docs/failures.md); then, if it is not needed, remove the file or make it a new ring with \"pmwal_ctl init --force\".");
+		else
+			pg_log_error_hint("A start refuses this ring whatever its positions say; remove the file if it is not needed, or make it a new ring with \"pmwal_ctl init --force\".");
 		exit(EXIT_ERROR);
 	}
 	if (ring_holds_wal(hdr))

@@ -48,6 +48,8 @@ usage(void)
 	printf("unbind lets a server whose bound ring is lost for good start without it; it refuses\n");
 	printf("while a server runs in DATADIR, and without --force while the bound ring holds\n");
 	printf("this data directory's WAL (start the server on that ring once instead).\n");
+	printf("dump writes the WAL of a ring whose positions are inconsistent too (a start refuses it):\n");
+	printf("the whole pages from its tail on that read as its WAL, saying so on stderr.\n");
 	printf("\nOptions:\n");
 	printf("  -D, --pgdata=DATADIR   compare with this cluster (system identifier, binding, checkpoint);\n");
 	printf("                         init: the cluster the ring is for; unbind: the data directory\n");
@@ -69,8 +71,9 @@ usage(void)
 	printf("  %d  success: the ring is usable (inspect), its WAL verified (verify), or the command done\n", EXIT_OK);
 	printf("  %d  error: bad usage, a file that cannot be opened or used, a server using the ring or\n", EXIT_ERROR);
 	printf("     the data directory, a refusal of init or unbind without --force\n");
-	printf("  %d  the ring is not usable or its WAL is damaged: a start would refuse it (inspect and\n", EXIT_UNUSABLE);
-	printf("     dump: its header; verify: its header, page headers and records)\n");
+	printf("  %d  the ring is not usable or its WAL is damaged: a start would refuse it (inspect: its\n", EXIT_UNUSABLE);
+	printf("     header; verify: its header, page headers and records; dump: its header, but dump exits\n");
+	printf("     0 when only the positions are inconsistent and it wrote the pages that read as WAL)\n");
 	printf("  %d  verify could not check the records (no usable pg_waldump): nothing is known to be wrong\n", EXIT_UNCHECKED);
 }
 

@@ -77,6 +77,20 @@ typedef enum BindState
 	BIND_UNREADABLE
 } BindState;
 
+/*
+ * The pages of a ring with inconsistent positions that still read as its
+ * WAL (salvage_pages): whole pages [from, to) of timeline "tli".
+ */
+typedef struct PageRun
+{
+	TimeLineID	tli;			/* the timeline the pages were checked against */
+	XLogRecPtr	from;			/* the page of the tail */
+	XLogRecPtr	to;				/* end of the last page that reads as WAL */
+	XLogRecPtr	first;			/* the first record starting in [from, to), or to */
+	char	   *stop;			/* why the page at "to" does not read as WAL;
+								 * NULL when the run is a whole lap */
+} PageRun;
+
 /* ring_access.c */
 extern int	try_open_ring(const char *path, int flags, struct stat *st, bool *missing,
 						  char *why, size_t whylen);
@@ -91,6 +105,7 @@ extern void persist(Ring *ring, const void *addr, size_t len);
 extern RingCheck check_header(Ring *ring, ControlFileData *control);
 extern bool ring_usable(RingCheck verdict);
 extern bool holds_wal(const Ring *ring, RingCheck verdict);
+extern char *position_problems(const RingHeader *hdr);
 
 /* datadir.c */
 extern ControlFileData *read_control(const char *datadir);
@@ -105,11 +120,13 @@ extern long running_server(const char *datadir);
 extern XLogPageHeader ring_page(const Ring *ring, XLogRecPtr page);
 extern char *check_pages(const Ring *ring, XLogRecPtr *first);
 extern bool record_continues_past_head(const Ring *ring, XLogRecPtr rec);
+extern bool salvage_pages(const Ring *ring, PageRun *run);
 extern XLogRecPtr next_record_start(XLogRecPtr end, uint32 segsize);
 
 /* the commands */
 extern int	cmd_inspect(Ring *ring, ControlFileData *control, const char *datadir);
-extern int	dump_ring(Ring *ring, const char *dir);
+extern int	dump_ring(Ring *ring, const char *dir, XLogRecPtr from, XLogRecPtr to,
+					  TimeLineID tli);
 extern int	cmd_dump(Ring *ring, const char *dir);
 extern int	cmd_verify(Ring *ring, ControlFileData *control, const char *argv0);
 extern int	cmd_init(const char *path, ControlFileData *control, uint64 size, bool force);

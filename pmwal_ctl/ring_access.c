@@ -293,6 +293,8 @@ check_header(Ring *ring, ControlFileData *control)
 	else if (verdict != RING_OK)
 	{
 		printf(LABEL "NOT USABLE: %s\n", "header:", detail);
+		if (verdict == RING_BAD_RANGE)
+			printf(LABEL "INCONSISTENT: %s\n", "positions:", position_problems(ring->hdr));
 		if (verdict == RING_OLD_VERSION_WITH_WAL)
 			printf(LABEL "start the server once with the pmwal that wrote the ring, so that it restores the WAL, and stop it cleanly; that version's pmwal_ctl dumps it\n",
 				   "what to do:");
@@ -300,6 +302,44 @@ check_header(Ring *ring, ControlFileData *control)
 	else
 		printf(LABEL "ok\n", "header:");
 	return verdict;
+}
+
+/*
+ * Which checks of the dynamic words fail, in words, for a header whose
+ * static part checked but whose positions do not (ring_check_header's
+ * RING_BAD_RANGE, whose detail names no single check).
+ */
+char *
+position_problems(const RingHeader *hdr)
+{
+	uint64		cap = hdr->st.s.capacity;
+	char	   *list = pstrdup("");
+
+#define ADD_PROBLEM(...) \
+	do { \
+		char	   *item = psprintf(__VA_ARGS__); \
+		list = list[0] ? psprintf("%s; %s", list, item) : item; \
+	} while (0)
+
+	if (hdr->state.v != RING_STATE_EMPTY && hdr->state.v != RING_STATE_IN_USE)
+		ADD_PROBLEM("the state word holds the unknown value 0x%016llX",
+					(unsigned long long) hdr->state.v);
+	else if (ring_holds_wal(hdr))
+	{
+		if (hdr->head.v - hdr->tail.v > cap)
+			ADD_PROBLEM("the tail %X/%X and the head %X/%X are " UINT64_FORMAT " bytes apart, more than the capacity " UINT64_FORMAT,
+						LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
+						hdr->head.v - hdr->tail.v, cap);
+		if (hdr->tail.v % XLOG_BLCKSZ != 0)
+			ADD_PROBLEM("the tail %X/%X is not on a page boundary", LSN_FORMAT_ARGS(hdr->tail.v));
+		if (hdr->head.v % XLOG_BLCKSZ != 0)
+			ADD_PROBLEM("the head %X/%X is not on a page boundary", LSN_FORMAT_ARGS(hdr->head.v));
+		if (hdr->timeline.v == 0 || hdr->timeline.v > PG_UINT32_MAX)
+			ADD_PROBLEM("the timeline word holds " UINT64_FORMAT ", which is no timeline",
+						(uint64) hdr->timeline.v);
+	}
+#undef ADD_PROBLEM
+	return list[0] ? list : pstrdup("the positions are inconsistent");
 }
 
 /* Would a server use a ring with this verdict? */

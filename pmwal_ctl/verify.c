@@ -309,7 +309,7 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 		verify_dir[0] = '\0';
 		exit(EXIT_ERROR);
 	}
-	(void) dump_ring(ring, verify_dir);
+	(void) dump_ring(ring, verify_dir, hdr->tail.v, hdr->head.v, (TimeLineID) hdr->timeline.v);
 	run_waldump(waldump, verify_dir, hdr, first, &run);
 	remove_verify_dir();
 

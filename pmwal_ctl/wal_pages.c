@@ -11,6 +11,11 @@
  * so the restore) checks them, without pg_waldump, so that verify and dump
  * can say what is wrong even where no pg_waldump is installed.
  *
+ * A ring whose positions are inconsistent (a start refuses it) may still
+ * hold the cluster's newest acknowledged commits: the pages from its tail
+ * on that read as its WAL are found by these same checks (salvage_pages),
+ * never by trusting the positions.
+ *
  * IDENTIFICATION
  *		pmwal_ctl/wal_pages.c
  *
@@ -28,28 +33,30 @@ ring_page(const Ring *ring, XLogRecPtr page)
 }
 
 /*
- * Check the page header of every page in [tail, head) against its address
+ * Check the page header of every page in [from, to) against its address
  * (and what a chain of continuation pages must say), as the XLogReader
- * does, and find the first record that starts at or after the tail (head
- * if none does: the ring holds only the middle of one record).  Returns
- * NULL, or what is wrong.  The ring's header checked (RING_OK).
+ * does, for WAL of timeline "tli" or an earlier one, and find the first
+ * record that starts at or after "from" ("to" if none does: the pages hold
+ * only the middle of one record).  Returns NULL, or what is wrong, with
+ * *bad the page it is wrong at.  The ring's static header checked.
  */
-char *
-check_pages(const Ring *ring, XLogRecPtr *first)
+static char *
+check_page_run(const Ring *ring, XLogRecPtr from, XLogRecPtr to, TimeLineID tli,
+			   XLogRecPtr *first, XLogRecPtr *bad)
 {
 	const RingHeader *hdr = ring->hdr;
 	uint32		segsize = hdr->st.s.wal_segment_size;
-	TimeLineID	tli = (TimeLineID) hdr->timeline.v;
 	uint32		cont = 0;		/* continuation data the next page must begin with */
 
 	*first = InvalidXLogRecPtr;
-	for (XLogRecPtr p = hdr->tail.v; p < hdr->head.v; p += XLOG_BLCKSZ)
+	for (XLogRecPtr p = from; p < to; p += XLOG_BLCKSZ)
 	{
 		XLogPageHeader ph = ring_page(ring, p);
 		bool		is_long = p % segsize == 0;
 		uint32		hs = is_long ? SizeOfXLogLongPHD : SizeOfXLogShortPHD;
 		uint32		space = XLOG_BLCKSZ - hs;
 
+		*bad = p;
 		if (ph->xlp_magic != XLOG_PAGE_MAGIC)
 			return psprintf("the ring's page at %X/%X has no valid page header (magic %04X, not %04X)",
 							LSN_FORMAT_ARGS(p), ph->xlp_magic, XLOG_PAGE_MAGIC);
@@ -94,9 +101,69 @@ check_pages(const Ring *ring, XLogRecPtr *first)
 			/* else the record ends with the page: the next page begins one */
 		}
 	}
+	*bad = InvalidXLogRecPtr;
 	if (XLogRecPtrIsInvalid(*first))
-		*first = hdr->head.v;
+		*first = to;
 	return NULL;
+}
+
+/*
+ * Check the page header of every page in [tail, head) (check_page_run),
+ * and find the first record that starts at or after the tail (head if none
+ * does: the ring holds only the middle of one record).  Returns NULL, or
+ * what is wrong.  The ring's header checked (RING_OK).
+ */
+char *
+check_pages(const Ring *ring, XLogRecPtr *first)
+{
+	const RingHeader *hdr = ring->hdr;
+	XLogRecPtr	bad;
+
+	return check_page_run(ring, hdr->tail.v, hdr->head.v, (TimeLineID) hdr->timeline.v,
+						  first, &bad);
+}
+
+/*
+ * The pages of a ring whose positions are inconsistent (RING_BAD_RANGE:
+ * its static header checked, its dynamic words do not) that still read as
+ * its WAL: from the page of the tail on, every page whose header is valid
+ * for its address and continues the page before it, up to the first that
+ * is not, and at most one lap of the ring.  The timeline is the timeline
+ * word's, or, when that holds no timeline, that of the tail's page.  Each
+ * page header names its own address (and a segment's first page the
+ * cluster and geometry), so no page of another lap, cluster or timeline
+ * is taken; the head is not trusted either way.  False, with run->stop
+ * saying why, if not even the tail's page reads as WAL.
+ */
+bool
+salvage_pages(const Ring *ring, PageRun *run)
+{
+	const RingHeader *hdr = ring->hdr;
+	uint64		cap = hdr->st.s.capacity;
+
+	memset(run, 0, sizeof(PageRun));
+	run->from = RING_PAGE(hdr->tail.v);
+	run->to = run->from;
+	run->first = run->from;
+	if (run->from > PG_UINT64_MAX - cap)
+	{
+		run->stop = psprintf("the tail %X/%X is no WAL position", LSN_FORMAT_ARGS(hdr->tail.v));
+		return false;
+	}
+	if (hdr->timeline.v != 0 && hdr->timeline.v <= PG_UINT32_MAX)
+		run->tli = (TimeLineID) hdr->timeline.v;
+	else
+	{
+		XLogPageHeader ph = ring_page(ring, run->from);
+
+		run->tli = ph->xlp_magic == XLOG_PAGE_MAGIC ? ph->xlp_tli : 0;
+	}
+	run->stop = check_page_run(ring, run->from, run->from + cap, run->tli, &run->first, &run->to);
+	if (run->stop == NULL)
+		run->to = run->from + cap;
+	if (XLogRecPtrIsInvalid(run->first) || run->first > run->to)
+		run->first = run->to;
+	return run->to > run->from;
 }
 
 /*
