@@ -47,7 +47,8 @@ usage(void)
 	printf("interrupted initialisation; it overwrites nothing else without --force.\n");
 	printf("unbind lets a server whose bound ring is lost for good start without it; it refuses\n");
 	printf("while a server runs in DATADIR, and without --force while the bound ring holds\n");
-	printf("this data directory's WAL (start the server on that ring once instead).\n");
+	printf("this data directory's WAL (start the server on that ring once instead), or is there\n");
+	printf("but cannot be read or proven empty (it may hold WAL: dump it first).\n");
 	printf("dump writes the WAL of a ring whose positions are inconsistent too (a start refuses it):\n");
 	printf("the whole pages from its tail on that read as its WAL, saying so on stderr.\n");
 	printf("\nOptions:\n");
@@ -62,7 +63,7 @@ usage(void)
 	printf("      --force            init: overwrite what is not provably empty (other data, a pmwal\n");
 	printf("                         ring and its WAL), after printing what it overwrites;\n");
 	printf("                         unbind: remove the binding even though the bound ring holds\n");
-	printf("                         this data directory's WAL, or cannot be checked\n");
+	printf("                         this data directory's WAL, or cannot be read or checked\n");
 	printf("  -V, --version          output version information, then exit\n");
 	printf("  -?, --help             show this help, then exit\n");
 	printf("\nverify and dump read the WAL with pg_waldump of PostgreSQL %s, looked for next to\n", PG_MAJORVERSION);

@@ -614,9 +614,21 @@ is($sha->(), $ring_sha, 'the ring is as the kill left it');
 # --- inconsistent positions: what cannot be read is not empty ------------------
 # A short WAL write can leave a head that is not on a page boundary; a start
 # then refuses the ring ("has inconsistent positions"), while the ring holds
-# the cluster's newest acknowledged commits.  dump used to refuse such a
-# ring (exit 2), so they could not be gotten out; it now writes out the
-# pages from the tail on that read as this ring's WAL, and nothing else.
+# the cluster's newest acknowledged commits.  pmwal_ctl used to treat the
+# ring as holding nothing: unbind without --force removed the binding ("is
+# not a usable ring"), so the next start ran without those commits, and dump
+# refused (exit 2), so they could not be gotten out.  Now unbind refuses
+# every bound ring it cannot prove empty, and dump writes out the pages
+# from the tail on that read as this ring's WAL.
+my $binding_bytes = slurp_file($binding);
+my $binding_mode = file_mode($binding);
+my $put_back_binding = sub {
+	open my $fh, '>:raw', $binding or die "could not write $binding: $!";
+	print $fh $binding_bytes;
+	close $fh or die "close: $!";
+	chmod(oct($binding_mode), $binding) or die "chmod: $!";
+	is($sha->($binding), $binding_sha, 'the binding file is put back');
+};
 my $mid_head = $head - 8192 + 100;
 ring_write_u64($ring, 'head', $mid_head);
 my $bad_sha = $sha->();
@@ -635,6 +647,19 @@ like($out, qr/header:\s+NOT USABLE: /, 'inspect, a mid-page head: the header is 
 like($out, qr/positions:\s+INCONSISTENT: the head \Q${\ fmt_lsn($mid_head)}\E is not on a page boundary\n/,
 	'inspect, a mid-page head: names the check that failed');
 
+# unbind refuses: the binding is what keeps the next start from running
+# without the ring's commits
+($rc, $out) = ctl('unbind', '-D', $pgdata);
+note("unbind, a mid-page head:\n$out");
+is($rc, EXIT_ERROR, 'unbind, the bound ring has a mid-page head: refused without --force');
+like($out, qr/error: refusing to unbind "\Q$pgdata\E": its ring "\Q$ring\E" cannot be read, so it may hold acknowledged WAL/,
+	'unbind, a mid-page head: says the ring cannot be read and may hold acknowledged WAL');
+like($out, qr/detail: "\Q$ring\E" is not a usable ring: .*the head \Q${\ fmt_lsn($mid_head)}\E is not on a page boundary/,
+	'unbind, a mid-page head: says why');
+like($out, qr/hint: Save what it holds first with "pmwal_ctl dump --to=DIR \Q$ring\E".*; then --force unbinds/,
+	'unbind, a mid-page head: says to dump first, then --force');
+is(-f $binding ? $sha->($binding) : 'gone', $binding_sha, 'unbind refused: the binding file is there, byte for byte');
+$put_back_binding->() unless -f $binding;
 
 # dump gets the WAL out: every commit of the consistent ring's dump, and the
 # newest acknowledged one
@@ -664,7 +689,40 @@ is(join(', ', grep { !$salvaged{$_} } @ring_commits), '',
 like($s_wd, qr/tx:\s+$last_xid, lsn: [0-9A-F\/]+, prev [0-9A-F\/]+, desc: COMMIT /,
 	"... among them the newest acknowledged one (transaction $last_xid)");
 is($sha->(), $bad_sha, 'dump, a mid-page head: the ring is unchanged');
+
+# --force unbinds, saying what is lost
+($rc, $out) = ctl('unbind', '-D', $pgdata, '--force');
+is($rc, 0, 'unbind --force, a mid-page head: exit 0') or diag($out);
+like($out, qr/warning: unbinding with --force: the commits only ring "\Q$ring\E" holds are lost/,
+	'unbind --force, a mid-page head: warns what is lost');
+ok(!-e $binding, 'unbind --force, a mid-page head: the binding file is gone');
+$put_back_binding->();
 ring_write_u64($ring, 'head', $head);
+
+# every other header a start refuses is refused by unbind too: a wrong checksum
+ring_set_static($ring, crc => ring_field($ring, 'crc') ^ 1, keep_crc => 1);
+($rc, $out) = ctl('unbind', '-D', $pgdata);
+is($rc, EXIT_ERROR, 'unbind, the bound ring has a wrong header checksum: refused without --force');
+like($out, qr/its ring "\Q$ring\E" cannot be read, so it may hold acknowledged WAL.*\n.*detail: .*The header checksum is/,
+	'unbind, a wrong header checksum: says why');
+is(-f $binding ? $sha->($binding) : 'gone', $binding_sha, 'unbind, a wrong header checksum: the binding file is unchanged');
+$put_back_binding->() unless -f $binding;
+ring_set_static($ring, crc => $crc, keep_crc => 1);
+
+# the controls: a ring proven to hold nothing still unbinds without --force
+ring_write_u64($ring, 'state', RING_STATE_EMPTY);
+($rc, $out) = ctl('unbind', '-D', $pgdata);
+is($rc, 0, 'unbind, the bound ring proven empty: exit 0 without --force') or diag($out);
+like($out, qr/ring "\Q$ring\E" is there and holds no WAL\n/, 'unbind, the bound ring proven empty: says so');
+ok(!-e $binding, 'unbind, the bound ring proven empty: the binding file is gone');
+$put_back_binding->();
+ring_write_u64($ring, 'state', RING_STATE_REINIT);
+($rc, $out) = ctl('unbind', '-D', $pgdata);
+is($rc, 0, 'unbind, the bound ring\'s initialisation interrupted (it holds nothing): exit 0') or diag($out);
+like($out, qr/ring "\Q$ring\E" holds no WAL: An initialisation of the empty ring was interrupted/,
+	'unbind, an interrupted initialisation: says the ring holds no WAL');
+$put_back_binding->();
+ring_write_u64($ring, 'state', RING_STATE_IN_USE);
 is($sha->(), $ring_sha, 'the ring is as the kill left it');
 
 # the other dynamic words: each inconsistency named, the WAL still dumped
