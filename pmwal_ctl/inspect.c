@@ -9,6 +9,9 @@
  * this format records even when the header is not usable, since that is
  * when an operator needs it, and it predicts a start's verdict with the
  * server's own rules (binding.c, restore.c) rather than a rule of its own.
+ * Of a ring whose positions are inconsistent it says which check failed
+ * and which pages from the tail on still read as WAL: a start refuses such
+ * a ring, but it may hold the newest acknowledged commits.
  *
  * IDENTIFICATION
  *		pmwal_ctl/inspect.c
@@ -136,6 +139,32 @@ print_restore(const RingHeader *hdr, ControlFileData *control, const char *datad
 			   LSN_FORMAT_ARGS(control->checkPoint));
 }
 
+/*
+ * A ring whose positions are inconsistent (RING_BAD_RANGE): a start refuses
+ * it, but its data area may still hold the cluster's newest acknowledged
+ * commits.  Says which pages from the tail on still read as its WAL, which
+ * dump writes out; true if there are any.
+ */
+static bool
+print_pages(const Ring *ring)
+{
+	const RingHeader *hdr = ring->hdr;
+	PageRun		run;
+
+	if (!salvage_pages(ring, &run))
+	{
+		printf(LABEL "none: %s, so nothing from the tail on reads as this ring's WAL\n",
+			   "WAL pages:", run.stop);
+		return false;
+	}
+	printf(LABEL UINT64_FORMAT " pages from %X/%X to %X/%X read as this ring's WAL (from the page of the tail on, valid page headers that continue one another), %s; \"pmwal_ctl dump\" writes them out\n",
+		   "WAL pages:", (run.to - run.from) / XLOG_BLCKSZ,
+		   LSN_FORMAT_ARGS(run.from), LSN_FORMAT_ARGS(run.to),
+		   hdr->head.v > run.to ? "short of the head" :
+		   hdr->head.v > run.from ? "the head among them" : "past the head");
+	return true;
+}
+
 int
 cmd_inspect(Ring *ring, ControlFileData *control, const char *datadir)
 {
@@ -145,6 +174,7 @@ cmd_inspect(Ring *ring, ControlFileData *control, const char *datadir)
 	BindState	bstate = BIND_ABSENT;
 	char		bpath[MAXPGPATH];
 	char		why[MAXPGPATH + 128];
+	bool		has_pages = false;
 
 	printf(LABEL "%s\n", "ring:", ring->path);
 	printf(LABEL "%s\n", "lock:", ring->locked ? "free (no server uses the ring)" :
@@ -164,6 +194,8 @@ cmd_inspect(Ring *ring, ControlFileData *control, const char *datadir)
 		else
 			printf(LABEL "no WAL (empty)\n", "holds:");
 	}
+	else if (verdict == RING_BAD_RANGE)
+		has_pages = print_pages(ring);
 
 	if (datadir != NULL)
 	{
@@ -188,11 +220,27 @@ cmd_inspect(Ring *ring, ControlFileData *control, const char *datadir)
 					   "binding matches:", hdr->generation.v == slot.generation ? "" : " plus one");
 			else if (verdict == RING_OK)
 				printf(LABEL "NO: %s\n", "binding matches:", mismatch);
+			else if (verdict == RING_BAD_RANGE && (mismatch = binding_mismatch(hdr, &slot)) == NULL)
+				printf(LABEL "yes: the same ring, at the binding's generation%s; but a start refuses its positions\n",
+					   "binding matches:", hdr->generation.v == slot.generation ? "" : " plus one");
+			else if (verdict == RING_BAD_RANGE)
+				printf(LABEL "NO: %s\n", "binding matches:", mismatch);
 			else
 				printf(LABEL "NO: the ring's header is not usable\n", "binding matches:");
 		}
 	}
 
+	if (verdict == RING_BAD_RANGE)
+	{
+		printf(LABEL "REFUSED: a start refuses the ring for its inconsistent positions\n",
+			   "restore at start:");
+		if (has_pages)
+			printf(LABEL "the ring may hold acknowledged WAL: save it with \"pmwal_ctl dump\" before anything else, and neither reset nor unbind it until then (docs/failures.md)\n",
+				   "what to do:");
+		else
+			printf(LABEL "nothing from the tail on reads as WAL, but the ring may be damaged rather than empty: keep a copy of the file before resetting or unbinding it (docs/failures.md)\n",
+				   "what to do:");
+	}
 	if (verdict != RING_OK)
 		return ring_usable(verdict) ? EXIT_OK : EXIT_UNUSABLE;
 	if (!ring_holds_wal(hdr))

@@ -618,8 +618,9 @@ is($sha->(), $ring_sha, 'the ring is as the kill left it');
 # ring as holding nothing: unbind without --force removed the binding ("is
 # not a usable ring"), so the next start ran without those commits, and dump
 # refused (exit 2), so they could not be gotten out.  Now unbind refuses
-# every bound ring it cannot prove empty, and dump writes out the pages
-# from the tail on that read as this ring's WAL.
+# every bound ring it cannot prove empty, dump writes out the pages from the
+# tail on that read as this ring's WAL, and inspect says which check failed
+# and what the data area still holds.
 my $binding_bytes = slurp_file($binding);
 my $binding_mode = file_mode($binding);
 my $put_back_binding = sub {
@@ -646,6 +647,16 @@ is($rc, EXIT_UNUSABLE, 'inspect, a mid-page head: exit 2 (a start refuses the ri
 like($out, qr/header:\s+NOT USABLE: /, 'inspect, a mid-page head: the header is not usable');
 like($out, qr/positions:\s+INCONSISTENT: the head \Q${\ fmt_lsn($mid_head)}\E is not on a page boundary\n/,
 	'inspect, a mid-page head: names the check that failed');
+my ($i_pages, $i_from, $i_to) =
+  $out =~ /WAL pages:\s+(\d+) pages from ([0-9A-F]+\/[0-9A-F]+) to ([0-9A-F]+\/[0-9A-F]+) read as this ring's WAL/;
+is($i_from // 'none', fmt_lsn($tail), 'inspect, a mid-page head: the data area holds WAL pages from the tail on');
+ok(defined $i_to && parse_lsn($i_to) >= $head && $i_pages == (parse_lsn($i_to) - $tail) / 8192,
+	'inspect, a mid-page head: ... through the page of the head (' . ($i_to // 'none') . ')');
+like($out, qr/WAL pages:.*"pmwal_ctl dump" writes them out/, 'inspect, a mid-page head: says dump gets them out');
+like($out, qr/binding matches:\s+yes: the same ring, at the binding's generation; but a start refuses its positions/,
+	'inspect -D, a mid-page head: it is the bound ring');
+like($out, qr/what to do:\s+the ring may hold acknowledged WAL: save it with "pmwal_ctl dump" before anything else/,
+	'inspect, a mid-page head: says what to do');
 
 # unbind refuses: the binding is what keeps the next start from running
 # without the ring's commits
@@ -761,6 +772,9 @@ is($rc, EXIT_UNUSABLE, 'dump, a tail whose page holds the lap before: exit 2, no
 like($stderr, qr/error: the ring's positions are inconsistent, and not even the page of its tail, \Q${\ fmt_lsn($tail + $segsize)}\E, reads as this ring's WAL: the ring's page at \Q${\ fmt_lsn($tail + $segsize)}\E has the page header of \Q${\ fmt_lsn($tail)}\E/,
 	'dump, a tail whose page holds the lap before: says why');
 ok(!-e $node->basedir . '/dump_lap', 'dump, a tail whose page holds the lap before: wrote nothing');
+($rc, $out) = ctl('inspect', $ring);
+like($out, qr/WAL pages:\s+none: the ring's page at \Q${\ fmt_lsn($tail + $segsize)}\E has the page header of/,
+	'inspect, a tail whose page holds the lap before: no WAL pages');
 ring_write_u64($ring, 'tail', $tail);
 ring_write_u64($ring, 'head', $head);
 is($sha->(), $ring_sha, 'the ring is as the kill left it');
