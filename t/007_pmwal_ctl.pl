@@ -61,6 +61,13 @@ sub ctl
 	return ($? >> 8, "$stdout$stderr", $? & 127);
 }
 
+# The same, with the outputs apart: (exit code, stdout, stderr).
+sub ctl_apart
+{
+	my ($stdout, $stderr) = run_command([ 'pmwal_ctl', @_ ]);
+	return ($? >> 8, $stdout, $stderr);
+}
+
 # The same, given up after $secs seconds: (exit code or undef, output).
 sub ctl_within
 {
@@ -240,6 +247,8 @@ my $insert = sub {
 $insert->(1, $acked / 2);
 $node->safe_psql('postgres', q{SELECT pg_logical_emit_message(false, 'big', repeat('b', 20000))});
 $insert->($acked / 2 + 1, $acked);
+# the transaction of the newest acknowledged commit, to find in dumps
+my $last_xid = $node->safe_psql('postgres', "SELECT xmin FROM t WHERE id = $acked");
 powercut_kill($node);
 
 my ($tail, $head) = map { ring_read_u64($ring, $_) } qw(tail head);
@@ -599,16 +608,175 @@ for my $case ([ capacity => 0 ], [ capacity => 1 << 40 ], [ capacity => 4096 ], 
 	ring_set_static($ring, $field => $was);
 }
 ok(!-e $node->basedir . '/dump_bad', 'dump of a bad header wrote nothing');
-for my $case ([ timeline => 0 ], [ timeline => 1 << 33 ], [ tail => $tail + 100 ], [ head => $tail + 16 * 1024 * 1024 + 8192 ])
+ok(!-e $node->basedir . '/dump_bad', 'dump of a bad static header wrote nothing');
+is($sha->(), $ring_sha, 'the ring is as the kill left it');
+
+# --- inconsistent positions: what cannot be read is not empty ------------------
+# A short WAL write can leave a head that is not on a page boundary; a start
+# then refuses the ring ("has inconsistent positions"), while the ring holds
+# the cluster's newest acknowledged commits.  pmwal_ctl used to treat the
+# ring as holding nothing: unbind without --force removed the binding ("is
+# not a usable ring"), so the next start ran without those commits, and dump
+# refused (exit 2), so they could not be gotten out.  Now unbind refuses
+# every bound ring it cannot prove empty, dump writes out the pages from the
+# tail on that read as this ring's WAL, and inspect says which check failed
+# and what the data area still holds.
+my $binding_bytes = slurp_file($binding);
+my $binding_mode = file_mode($binding);
+my $put_back_binding = sub {
+	open my $fh, '>:raw', $binding or die "could not write $binding: $!";
+	print $fh $binding_bytes;
+	close $fh or die "close: $!";
+	chmod(oct($binding_mode), $binding) or die "chmod: $!";
+	is($sha->($binding), $binding_sha, 'the binding file is put back');
+};
+my $mid_head = $head - 8192 + 100;
+ring_write_u64($ring, 'head', $mid_head);
+my $bad_sha = $sha->();
+my $log_at = -s $node->logfile;
+ok(!$node->start(fail_ok => 1), 'a mid-page head: the start is refused');
+like(slurp_file($node->logfile, $log_at), qr/FATAL:  pmwal ring "\Q$ring\E" has inconsistent positions/,
+	'a mid-page head: the server refuses the ring for its inconsistent positions');
+is($sha->(), $bad_sha, 'a mid-page head: the refused start left the ring as it was');
+is($sha->($binding), $binding_sha, 'a mid-page head: the refused start left the binding as it was');
+
+# inspect: why the header is not usable, and what the data area holds
+($rc, $out) = ctl('inspect', '-D', $pgdata, $ring);
+note("inspect -D, a mid-page head:\n$out");
+is($rc, EXIT_UNUSABLE, 'inspect, a mid-page head: exit 2 (a start refuses the ring)');
+like($out, qr/header:\s+NOT USABLE: /, 'inspect, a mid-page head: the header is not usable');
+like($out, qr/positions:\s+INCONSISTENT: the head \Q${\ fmt_lsn($mid_head)}\E is not on a page boundary\n/,
+	'inspect, a mid-page head: names the check that failed');
+my ($i_pages, $i_from, $i_to) =
+  $out =~ /WAL pages:\s+(\d+) pages from ([0-9A-F]+\/[0-9A-F]+) to ([0-9A-F]+\/[0-9A-F]+) read as this ring's WAL/;
+is($i_from // 'none', fmt_lsn($tail), 'inspect, a mid-page head: the data area holds WAL pages from the tail on');
+ok(defined $i_to && parse_lsn($i_to) >= $head && $i_pages == (parse_lsn($i_to) - $tail) / 8192,
+	'inspect, a mid-page head: ... through the page of the head (' . ($i_to // 'none') . ')');
+like($out, qr/WAL pages:.*"pmwal_ctl dump" writes them out/, 'inspect, a mid-page head: says dump gets them out');
+like($out, qr/binding matches:\s+yes: the same ring, at the binding's generation; but a start refuses its positions/,
+	'inspect -D, a mid-page head: it is the bound ring');
+like($out, qr/what to do:\s+the ring may hold acknowledged WAL: save it with "pmwal_ctl dump" before anything else/,
+	'inspect, a mid-page head: says what to do');
+
+# unbind refuses: the binding is what keeps the next start from running
+# without the ring's commits
+($rc, $out) = ctl('unbind', '-D', $pgdata);
+note("unbind, a mid-page head:\n$out");
+is($rc, EXIT_ERROR, 'unbind, the bound ring has a mid-page head: refused without --force');
+like($out, qr/error: refusing to unbind "\Q$pgdata\E": its ring "\Q$ring\E" cannot be read, so it may hold acknowledged WAL/,
+	'unbind, a mid-page head: says the ring cannot be read and may hold acknowledged WAL');
+like($out, qr/detail: "\Q$ring\E" is not a usable ring: .*the head \Q${\ fmt_lsn($mid_head)}\E is not on a page boundary/,
+	'unbind, a mid-page head: says why');
+like($out, qr/hint: Save what it holds first with "pmwal_ctl dump --to=DIR \Q$ring\E".*; then --force unbinds/,
+	'unbind, a mid-page head: says to dump first, then --force');
+is(-f $binding ? $sha->($binding) : 'gone', $binding_sha, 'unbind refused: the binding file is there, byte for byte');
+$put_back_binding->() unless -f $binding;
+
+# dump gets the WAL out: every commit of the consistent ring's dump, and the
+# newest acknowledged one
+my $salvage = $node->basedir . '/dump_mid_head';
+my ($stdout, $stderr);
+($rc, $stdout, $stderr) = ctl_apart('dump', '--to', $salvage, $ring);
+note("dump, a mid-page head:\n$stdout\nstderr:\n$stderr");
+is($rc, 0, 'dump, a mid-page head: exit 0 (it dumped the pages that read as WAL)') or diag("$stdout$stderr");
+like($stderr, qr/warning: the ring's positions are inconsistent: the head \Q${\ fmt_lsn($mid_head)}\E is not on a page boundary/,
+	'dump, a mid-page head: says on stderr that the positions are inconsistent, and why');
+like($stderr, qr/detail: A start refuses this ring\.  Dumped instead: the \d+ pages from the page of the tail, \Q${\ fmt_lsn($tail)}\E, on/,
+	'dump, a mid-page head: says on stderr what it dumped instead');
+my ($s_from, $s_to) = $stdout =~ /wrote WAL (\S+) to (\S+) of timeline 1 into \d+ segment file\(s\) in "\Q$salvage\E"/;
+is($s_from // 'none', fmt_lsn($tail), 'dump, a mid-page head: from the tail');
+ok(defined $s_to && parse_lsn($s_to) >= $head, 'dump, a mid-page head: through the page of the head (' . ($s_to // 'none') . ')');
+my ($s_hint) = $stdout =~ /read it with: (pg_waldump .*)$/m;
+ok(defined $s_hint && $s_hint =~ m{^pg_waldump --path=\Q$salvage\E --timeline=1 --start=\Q$first\E --end=\Q${\ ($s_to // '')}\E$},
+	'dump, a mid-page head: prints the pg_waldump command for what it wrote') or diag($stdout);
+my ($s_wd, $s_err) = run_command([ split / /, $s_hint // 'false' ]);
+like($s_err, qr/^(|pg_waldump: error: error in WAL record at [0-9A-F\/]+: .*)$/,
+	'pg_waldump reads the dump of a ring with a mid-page head: ' . ($s_err || 'no complaint'));
+my @ring_commits = $wd_out =~ /(tx:\s+\d+, lsn: [0-9A-F\/]+), prev [0-9A-F\/]+, desc: COMMIT /g;
+my %salvaged = map { $_ => 1 } $s_wd =~ /(tx:\s+\d+, lsn: [0-9A-F\/]+), prev [0-9A-F\/]+, desc: COMMIT /g;
+cmp_ok(scalar(@ring_commits), '>=', $acked / 2, scalar(@ring_commits) . ' commits in the dump of the consistent ring');
+is(join(', ', grep { !$salvaged{$_} } @ring_commits), '',
+	'the dump of a ring with a mid-page head holds every commit the consistent ring held');
+like($s_wd, qr/tx:\s+$last_xid, lsn: [0-9A-F\/]+, prev [0-9A-F\/]+, desc: COMMIT /,
+	"... among them the newest acknowledged one (transaction $last_xid)");
+is($sha->(), $bad_sha, 'dump, a mid-page head: the ring is unchanged');
+
+# --force unbinds, saying what is lost
+($rc, $out) = ctl('unbind', '-D', $pgdata, '--force');
+is($rc, 0, 'unbind --force, a mid-page head: exit 0') or diag($out);
+like($out, qr/warning: unbinding with --force: the commits only ring "\Q$ring\E" holds are lost/,
+	'unbind --force, a mid-page head: warns what is lost');
+ok(!-e $binding, 'unbind --force, a mid-page head: the binding file is gone');
+$put_back_binding->();
+ring_write_u64($ring, 'head', $head);
+
+# every other header a start refuses is refused by unbind too: a wrong checksum
+ring_set_static($ring, crc => ring_field($ring, 'crc') ^ 1, keep_crc => 1);
+($rc, $out) = ctl('unbind', '-D', $pgdata);
+is($rc, EXIT_ERROR, 'unbind, the bound ring has a wrong header checksum: refused without --force');
+like($out, qr/its ring "\Q$ring\E" cannot be read, so it may hold acknowledged WAL.*\n.*detail: .*The header checksum is/,
+	'unbind, a wrong header checksum: says why');
+is(-f $binding ? $sha->($binding) : 'gone', $binding_sha, 'unbind, a wrong header checksum: the binding file is unchanged');
+$put_back_binding->() unless -f $binding;
+ring_set_static($ring, crc => $crc, keep_crc => 1);
+
+# the controls: a ring proven to hold nothing still unbinds without --force
+ring_write_u64($ring, 'state', RING_STATE_EMPTY);
+($rc, $out) = ctl('unbind', '-D', $pgdata);
+is($rc, 0, 'unbind, the bound ring proven empty: exit 0 without --force') or diag($out);
+like($out, qr/ring "\Q$ring\E" is there and holds no WAL\n/, 'unbind, the bound ring proven empty: says so');
+ok(!-e $binding, 'unbind, the bound ring proven empty: the binding file is gone');
+$put_back_binding->();
+ring_write_u64($ring, 'state', RING_STATE_REINIT);
+($rc, $out) = ctl('unbind', '-D', $pgdata);
+is($rc, 0, 'unbind, the bound ring\'s initialisation interrupted (it holds nothing): exit 0') or diag($out);
+like($out, qr/ring "\Q$ring\E" holds no WAL: An initialisation of the empty ring was interrupted/,
+	'unbind, an interrupted initialisation: says the ring holds no WAL');
+$put_back_binding->();
+ring_write_u64($ring, 'state', RING_STATE_IN_USE);
+is($sha->(), $ring_sha, 'the ring is as the kill left it');
+
+# the other dynamic words: each inconsistency named, the WAL still dumped
+my $segsize = 16 * 1024 * 1024;
+for my $case ([ timeline => 0, qr/the timeline word holds 0, which is no timeline/ ],
+	[ timeline => 1 << 33, qr/the timeline word holds 8589934592, which is no timeline/ ],
+	[ tail => $tail + 100, qr/the tail \Q${\ fmt_lsn($tail + 100)}\E is not on a page boundary/ ],
+	[ head => $tail + $segsize + 8192,
+		qr/the tail \Q${\ fmt_lsn($tail)}\E and the head \Q${\ fmt_lsn($tail + $segsize + 8192)}\E are ${\ ($segsize + 8192)} bytes apart, more than the capacity $segsize/ ],
+	[ state => 0x1234, qr/the state word holds the unknown value 0x0000000000001234/ ])
 {
-	my ($word, $value) = @$case;
+	my ($word, $value, $why) = @$case;
 	ring_write_u64($ring, $word, $value);
-	($rc, $out, $sig) = ctl('dump', '--to', $node->basedir . '/dump_bad', $ring);
-	is("$rc/$sig", EXIT_UNUSABLE . '/0', "dump, $word $value: refused (exit 2)");
-	like($out, qr/NOT USABLE: The ring claims WAL of timeline/, "dump, $word $value: says the positions are inconsistent");
-	ring_write_u64($ring, $word, $word eq 'timeline' ? 1 : $word eq 'tail' ? $tail : $head);
+	my $dir = $node->basedir . "/dump_${word}_$value";
+	($rc, $stdout, $stderr) = ctl_apart('dump', '--to', $dir, $ring);
+	is($rc, 0, "dump, $word $value: exit 0, the pages that read as WAL dumped") or diag("$stdout$stderr");
+	like($stdout, qr/NOT USABLE: /, "dump, $word $value: the header is not usable");
+	like($stderr, qr/warning: the ring's positions are inconsistent: $why/, "dump, $word $value: names the inconsistency");
+	like($stdout, qr/wrote WAL \Q${\ fmt_lsn($tail)}\E to [0-9A-F\/]+ of timeline 1 into \d+ segment file\(s\)/,
+		"dump, $word $value: from the page of the tail, on the timeline of its pages");
+	like($stderr, qr/that is short of the head, \Q${\ fmt_lsn($value)}\E: they end where the ring's page at /,
+		"dump, $word $value: says the pages that read as WAL end before the head, and why")
+	  if $word eq 'head';
+	($rc, $out) = ctl('inspect', $ring);
+	like($out, qr/positions:\s+INCONSISTENT: $why/, "inspect, $word $value: names the inconsistency");
+	ring_write_u64($ring, $word, $word eq 'timeline' ? 1 : $word eq 'tail' ? $tail : $word eq 'head' ? $head : RING_STATE_IN_USE);
 }
-ok(!-e $node->basedir . '/dump_bad', 'dump of bad positions wrote nothing');
+
+# a page that does not read as this ring's WAL is never dumped: a tail one
+# lap on names the slot of the tail's page, which holds the page of the
+# lap before
+ring_write_u64($ring, 'tail', $tail + $segsize);
+ring_write_u64($ring, 'head', $tail + $segsize + 100);
+($rc, $stdout, $stderr) = ctl_apart('dump', '--to', $node->basedir . '/dump_lap', $ring);
+is($rc, EXIT_UNUSABLE, 'dump, a tail whose page holds the lap before: exit 2, nothing reads as WAL');
+like($stderr, qr/error: the ring's positions are inconsistent, and not even the page of its tail, \Q${\ fmt_lsn($tail + $segsize)}\E, reads as this ring's WAL: the ring's page at \Q${\ fmt_lsn($tail + $segsize)}\E has the page header of \Q${\ fmt_lsn($tail)}\E/,
+	'dump, a tail whose page holds the lap before: says why');
+ok(!-e $node->basedir . '/dump_lap', 'dump, a tail whose page holds the lap before: wrote nothing');
+($rc, $out) = ctl('inspect', $ring);
+like($out, qr/WAL pages:\s+none: the ring's page at \Q${\ fmt_lsn($tail + $segsize)}\E has the page header of/,
+	'inspect, a tail whose page holds the lap before: no WAL pages');
+ring_write_u64($ring, 'tail', $tail);
+ring_write_u64($ring, 'head', $head);
 is($sha->(), $ring_sha, 'the ring is as the kill left it');
 
 # --- symbolic links and FIFOs (issue 21 item 7) ------------------------------
