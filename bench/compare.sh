@@ -27,6 +27,11 @@
 # Run as an unprivileged user with pmwal installed:
 #   bench/compare.sh [-d seconds] [-r rounds] [-c "1 4 16"] [-w "insert tpcb"]
 #                    [-s scale] [-o outdir] [-p port] [-U] [-S [-l level]]
+#                    [-k checkpoint_timeout]
+#
+# -k (say 30s, with -d 90) makes timed checkpoints fall inside every cell,
+# to see what they do to the latency tail (p99.9 and max are reported
+# always; without -k a cell sees no checkpoint but the one before it).
 set -eu
 
 duration=15
@@ -38,9 +43,10 @@ port=5497
 pin_single=yes
 standby=no
 level=on
+checkpoint_timeout=30min
 here=$(cd "$(dirname "$0")" && pwd)
 out="$here/results/$(date +%Y%m%d-%H%M%S)"
-while getopts "d:r:c:w:s:o:p:USl:" opt; do
+while getopts "d:r:c:w:s:o:p:USl:k:" opt; do
 	case $opt in
 		d) duration=$OPTARG ;;
 		r) rounds=$OPTARG ;;
@@ -52,7 +58,8 @@ while getopts "d:r:c:w:s:o:p:USl:" opt; do
 		U) pin_single=no ;;
 		S) standby=yes ;;
 		l) level=$OPTARG ;;
-		*) sed -n '2,30p' "$0"; exit 2 ;;
+		k) checkpoint_timeout=$OPTARG ;;
+		*) sed -n '2,36p' "$0"; exit 2 ;;
 	esac
 done
 if [ "$(id -u)" = 0 ]; then
@@ -89,7 +96,8 @@ pmwal.path = '$ring'
 pmwal.size = 64MB
 shared_buffers = 1GB
 max_wal_size = 8GB
-checkpoint_timeout = 30min
+checkpoint_timeout = $checkpoint_timeout
+log_checkpoints = on
 fsync = on
 wal_sync_method = fdatasync
 max_connections = 50
@@ -135,7 +143,7 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 	echo "memory: $(free -g | awk '/Mem:/ {print $2}') GiB"
 	echo "server: $(postgres --version)"
 	echo "pg_wal file system: $(df -T "$data/pg_wal" | awk 'NR==2 {print $2" on "$1}')"
-	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=30min wal_sync_method=fdatasync pmwal.size=64MB autovacuum=off (VACUUM before each TPC-B cell)"
+	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=$checkpoint_timeout wal_sync_method=fdatasync pmwal.size=64MB autovacuum=off (VACUUM before each TPC-B cell)"
 	[ "$standby" = yes ] && echo "synchronous replication: a stock standby on this machine; A and B at synchronous_commit = $level, C at off"
 	echo "duration per cell: ${duration}s, rounds: $rounds, clients: $clients, pgbench scale: $scale"
 	if [ "$pin_single" = yes ]; then
@@ -199,7 +207,7 @@ pmwal_syncs() {
 	psql -qAtX -F ' ' -c "SELECT ring_syncs, segments_synced + dir_syncs FROM pmwal_status"
 }
 
-echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs,ring_syncs" > "$out/results.csv"
+echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs,ring_syncs,lat_p999_ms,lat_max_ms,checkpoints" > "$out/results.csv"
 for r in $(seq 1 "$rounds"); do
 	for w in $workloads; do
 		for c in $clients; do
@@ -214,6 +222,8 @@ for r in $(seq 1 "$rounds"); do
 					script=()
 				fi
 				psql -qX -c "CHECKPOINT" -c "SELECT pg_stat_reset_shared('$wal_stats')" >/dev/null
+				ckpt_before=$(psql -qAtX -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter" 2>/dev/null ||
+					psql -qAtX -c "SELECT num_timed + num_requested FROM pg_stat_checkpointer")
 				read -r ring_before pm_before < <(pmwal_syncs)
 				rm -rf "$out/txlog" && mkdir "$out/txlog"
 				threads=$(( c < 2 ? 1 : 2 ))
@@ -223,17 +233,20 @@ for r in $(seq 1 "$rounds"); do
 				tps=$(echo "$res" | awk '/^tps/ {print $3}')
 				lat=$(echo "$res" | awk '/^latency average/ {print $4}')
 				# per-transaction log: 3rd field is the latency in microseconds
-				p99=$(cat "$out"/txlog/pgbench_log.* | awk '{print $3}' | sort -n |
-					awk '{v[NR]=$1} END {i=int(NR*0.99); if (i<1) i=1; printf "%.3f", v[i]/1000}')
+				read -r p99 p999 max < <(cat "$out"/txlog/pgbench_log.* | awk '{print $3}' | sort -n |
+					awk 'function q(f) { i = int(NR * f); if (i < 1) i = 1; return v[i] / 1000 }
+						{v[NR]=$1} END {printf "%.3f %.3f %.3f\n", q(0.99), q(0.999), v[NR] / 1000}')
 				read -r pgsyncs writes < <(psql -qAtX -F ' ' -c "$wal_io_query")
 				read -r ring_after pm_after < <(pmwal_syncs)
+				ckpt_after=$(psql -qAtX -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter" 2>/dev/null ||
+					psql -qAtX -c "SELECT num_timed + num_requested FROM pg_stat_checkpointer")
 				pmsyncs=$(( pm_after - pm_before ))
 				ringsyncs=$(( ring_after - ring_before ))
 				# real fsyncs: PostgreSQL's calls the ring did not answer, and pmwal's own
 				syncs=$(( pgsyncs - ringsyncs + pmsyncs ))
-				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs,$ringsyncs" >> "$out/results.csv"
-				printf "round %s %-6s clients %-3s %s: tps %9.1f  avg %6.3f ms  p99 %7.3f ms  wal fsyncs %s\n" \
-					"$r" "$w" "$c" "$cfg" "$tps" "$lat" "$p99" "$syncs"
+				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs,$ringsyncs,$p999,$max,$((ckpt_after - ckpt_before))" >> "$out/results.csv"
+				printf "round %s %-6s clients %-3s %s: tps %9.1f  avg %6.3f ms  p99 %7.3f ms  p99.9 %7.3f ms  max %8.3f ms  wal fsyncs %s  checkpoints %s\n" \
+					"$r" "$w" "$c" "$cfg" "$tps" "$lat" "$p99" "$p999" "$max" "$syncs" "$((ckpt_after - ckpt_before))"
 			done
 		done
 	done

@@ -11,6 +11,7 @@ awk -F, 'NR > 1 {
 	key = $2 "," $3 "," $4
 	n[key]++
 	tps[key, n[key]] = $5; avg[key, n[key]] = $6; p99[key, n[key]] = $7; syn[key, n[key]] = $8
+	p999[key, n[key]] = $13; mx[key, n[key]] = $14; ck[key, n[key]] = $15
 }
 function median(arr, key, cnt,   i, j, t, v) {
 	for (i = 1; i <= cnt; i++) v[i] = arr[key, i] + 0
@@ -19,8 +20,9 @@ function median(arr, key, cnt,   i, j, t, v) {
 }
 END {
 	for (key in n)
-		printf "%s,%.1f,%.3f,%.3f,%.0f,%d\n", key, median(tps, key, n[key]), median(avg, key, n[key]),
-			median(p99, key, n[key]), median(syn, key, n[key]), n[key]
+		printf "%s,%.1f,%.3f,%.3f,%.0f,%d,%.3f,%.3f,%.0f\n", key, median(tps, key, n[key]), median(avg, key, n[key]),
+			median(p99, key, n[key]), median(syn, key, n[key]), n[key],
+			median(p999, key, n[key]), median(mx, key, n[key]), median(ck, key, n[key])
 }' "$csv" | sort -t, -k1,1 -k2,2n -k3,3 > "$dir/medians.csv"
 
 {
@@ -44,6 +46,26 @@ END {
 				syn[key, "A"], syn[key, "B"], fr
 		}
 	}' "$dir/medians.csv" | sort -t'|' -k2,2 -k3,3n
+	# the latency tail, where the run recorded it (p99.9, max; older runs did not)
+	if awk -F, 'NR > 1 && $13 != "" {found = 1} END {exit !found}' "$csv"; then
+		echo
+		echo "Latency tail (medians over rounds; checkpoints: timed or requested ones that fell inside the cell)."
+		echo
+		echo "| workload | clients | p99.9 ms A | p99.9 ms B | max ms A | max ms B | max ms C | checkpoints A/B/C |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---|"
+		awk -F, '{
+			key = $1 "," $2; cells[key] = 1
+			p999[key, $3] = $9; mx[key, $3] = $10; ck[key, $3] = $11
+		}
+		END {
+			for (key in cells) {
+				split(key, k, ",")
+				printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %d/%d/%d |\n", k[1], k[2],
+					p999[key, "A"], p999[key, "B"], mx[key, "A"], mx[key, "B"], mx[key, "C"],
+					ck[key, "A"], ck[key, "B"], ck[key, "C"]
+			}
+		}' "$dir/medians.csv" | sort -t'|' -k2,2 -k3,3n
+	fi
 } > "$dir/summary.md"
 cat "$dir/summary.md"
 

@@ -318,6 +318,8 @@ wrap_fdatasync(int fd)
 
 	if (w != NULL && w->kind != FD_CONTROL)
 		return ring_on_wal_sync(fd, w, true);
+	if (w == NULL && MyBackendType == B_CHECKPOINTER)
+		ring_on_checkpointer_sync();
 	return fdatasync(fd);
 }
 
@@ -328,6 +330,8 @@ wrap_fsync(int fd)
 
 	if (w != NULL && w->kind != FD_CONTROL)
 		return ring_on_wal_sync(fd, w, false);
+	if (w == NULL && MyBackendType == B_CHECKPOINTER)
+		ring_on_checkpointer_sync();
 	return fsync(fd);
 }
 

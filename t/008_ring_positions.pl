@@ -55,6 +55,10 @@
 #	   the ring was given up, before pg_control is written
 #	   (control_after_sync; the cut comes there, pg_control still naming
 #	   the previous checkpoint).
+#	7. checkpointer_presync: the checkpointer's real sync of pg_wal at its
+#	   first sync of a data file, before the pg_control write (which then
+#	   syncs, under ControlFileLock, only what came since); held before
+#	   and after it, a commit acknowledged meanwhile, then a power cut.
 use strict;
 use warnings;
 use FindBin;
@@ -344,6 +348,46 @@ sub cut_and_check
 		}
 		cut_and_check($node, $t, \@acked, \@only_ring);
 		bg_psql_finish($ckpt) if $point eq 'control_after_sync';
+		last unless $node->{_pid};
+	}
+	$node->stop if $node->{_pid};
+}
+
+# --- 7. the checkpointer's sync of pg_wal before its sync phase ------------
+# A checkpoint's first sync of a data file syncs pg_wal for real first
+# (ring_on_checkpointer_sync), so that the sync before the pg_control
+# write, made under ControlFileLock, covers only what was written since.
+# The checkpointer held before that sync and after it (after the ring was
+# given up up to its last page), with a commit acknowledged meanwhile.
+{
+	my $tag = 'checkpointer_presync';
+	my $node = quiet_node($tag);
+	my $id = 1000;
+	for my $point ('checkpointer_before_presync', 'checkpointer_after_presync')
+	{
+		my $t = "$tag/$point";
+		stop_server_process($node, $_) for qw(walwriter flusher);
+		# dirty pages of t, so that the checkpoint syncs its file
+		my @acked = map { ++$id } 1 .. 3;
+		acked_insert($node, $_) for @acked;
+		my $before = pmwal_status($node);
+		my $ckpt_pid = $node->safe_psql('postgres',
+			q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'});
+		arm_all($node, $point);
+		my ($pid, $ckpt) = until_paused($node, $point, 'CHECKPOINT');
+		is($pid, $ckpt_pid, "$t: the checkpointer is held at its sync of a data file");
+		my $held = pmwal_status($node);
+		if ($point eq 'checkpointer_after_presync')
+		{
+			cmp_ok(lsn_num($held->{durable_lsn}), '>', lsn_num($before->{durable_lsn}),
+				"$t: pg_wal was synced for real before the data file ($before->{durable_lsn} -> $held->{durable_lsn})");
+		}
+		my @only_ring = (++$id);
+		acked_insert($node, $id);
+		push @acked, @only_ring;
+		note("$t: row @only_ring acknowledged meanwhile; " . status_line($node));
+		cut_and_check($node, $t, \@acked, \@only_ring);
+		bg_psql_finish($ckpt);
 		last unless $node->{_pid};
 	}
 	$node->stop if $node->{_pid};
