@@ -63,15 +63,9 @@ my $cut_tool = "$FindBin::RealBin/../tools/powercut/powercut_cut";
 		return join('', map { /^(.)\1*$/s ? $1 : '?' } unpack("(a$B)*", $bytes));
 	};
 	my @dd = ('dd', "bs=$B", 'count=1', 'status=none');
+	# (a sync is of the inode, not of the descriptor: the synced writes come
+	# first, or their syncs would make the unsynced ones durable too)
 	my @steps = (
-		[ 'block 1: O_DIRECT, no sync (undone)',
-		  [ @dd, "if=$dir/B", "of=$d/f", 'seek=1', 'conv=notrunc', 'oflag=direct' ] ],
-		[ 'block 2: O_DIRECT | O_DSYNC (durable at return)',
-		  [ @dd, "if=$dir/C", "of=$d/f", 'seek=2', 'conv=notrunc', 'oflag=direct,dsync' ] ],
-		[ 'block 3: O_DIRECT, then fsync (durable)',
-		  [ @dd, "if=$dir/D", "of=$d/f", 'seek=3', 'conv=notrunc,fsync', 'oflag=direct' ] ],
-		[ 'block 5: O_DIRECT past the end, no sync (undone, the file shrinks back)',
-		  [ @dd, "if=$dir/E", "of=$d/f", 'seek=5', 'conv=notrunc', 'oflag=direct' ] ],
 		[ 'block 4: a buffered write and fsync (durable)',
 		  [ $^X, '-e', q{
 			use strict; use Fcntl; use IO::Handle;
@@ -79,8 +73,16 @@ my $cut_tool = "$FindBin::RealBin/../tools/powercut/powercut_cut";
 			sysseek($fh, 4 * 4096, 0); syswrite($fh, 'G' x 4096) == 4096 or die;
 			$fh->sync or die;
 		}, "$d/f" ] ],
-		[ 'block 4: O_DIRECT over it, no sync (undone to the buffered bytes)',
-		  [ @dd, "if=$dir/H", "of=$d/f", 'seek=4', 'conv=notrunc', 'oflag=direct' ] ],);
+		[ 'block 2: O_DIRECT | O_DSYNC (durable at return)',
+		  [ @dd, "if=$dir/C", "of=$d/f", 'seek=2', 'conv=notrunc', 'oflag=direct,dsync' ] ],
+		[ 'block 3: O_DIRECT, then fsync (durable)',
+		  [ @dd, "if=$dir/D", "of=$d/f", 'seek=3', 'conv=notrunc,fsync', 'oflag=direct' ] ],
+		[ 'block 1: O_DIRECT, no sync (undone)',
+		  [ @dd, "if=$dir/B", "of=$d/f", 'seek=1', 'conv=notrunc', 'oflag=direct' ] ],
+		[ 'block 4: O_DIRECT over the buffered write, no sync (undone to its bytes)',
+		  [ @dd, "if=$dir/H", "of=$d/f", 'seek=4', 'conv=notrunc', 'oflag=direct' ] ],
+		[ 'block 5: O_DIRECT past the end, no sync (undone, the file shrinks back)',
+		  [ @dd, "if=$dir/E", "of=$d/f", 'seek=5', 'conv=notrunc', 'oflag=direct' ] ],);
 	{
 		local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
 		local $ENV{POWERCUT_LOG} = "$dir/log";
