@@ -460,7 +460,8 @@ sub powercut_kill
 }
 
 # Apply the power cut to pg_wal from the log; returns the summary as a
-# hash (undone, bytes, removed, renames, durable, records, undone_range:
+# hash (undone, bytes, removed, renames, durable, records, direct,
+# direct_sync, undone_range:
 # file name => [from, to) of its undone writes) and notes the report.  The log is kept as powercut.log.cut for inspection.
 sub powercut_cut
 {
@@ -477,6 +478,9 @@ sub powercut_cut
 	@s{qw(undone bytes removed renames durable)} =
 	  $summary =~ /(\d+) writes undone \((\d+) bytes\), (\d+) files removed, (\d+) renames undone; (\d+) writes durable/;
 	($s{records}) = $summary =~ /(\d+) records/;
+	# writes through O_DIRECT descriptors, and how many of them O_SYNC/O_DSYNC
+	@s{qw(direct direct_sync)} =
+	  $summary =~ /(\d+) writes through O_DIRECT \((\d+) of them/ ? ($1, $2) : (0, 0);
 	$s{summary} = $summary;
 	# per file, the byte range the undone writes spanned
 	$s{undone_range}{$1} = [ $2, $3 ]

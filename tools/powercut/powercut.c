@@ -45,7 +45,14 @@
  * (stdio, opendir) do not go through these symbols; PostgreSQL does not
  * write WAL that way.  Not modelled: writev, mmap'ed writes,
  * sync_file_range (PostgreSQL uses it only to start writeback, never as a
- * durability point), O_DIRECT.
+ * durability point).
+ *
+ * O_DIRECT (WAL under debug_io_direct = 'wal', 16+; 15's open_datasync and
+ * open_sync under wal_level = minimal) changes nothing in the model: the
+ * write bypasses the page cache, not the device's volatile cache, so
+ * without O_SYNC/O_DSYNC it is durable only at a later sync, like any
+ * other; with them, at return.  Only the read of the old content differs
+ * (read_old: a descriptor of its own), and the record says O_DIRECT.
  *
  * IDENTIFICATION
  *		tools/powercut/powercut.c
@@ -373,32 +380,40 @@ watched_path(int dirfd, const char *path, char *rel, size_t relsize)
 	return true;
 }
 
-/* Read what [off, off + len) holds now; returns the bytes read. */
+/*
+ * Read what [off, off + len) holds now; returns the bytes read.  A
+ * descriptor opened O_DIRECT (PostgreSQL's WAL under debug_io_direct, or
+ * 15's open_datasync under wal_level = minimal) refuses a read into an
+ * unaligned buffer, or of an unaligned range, with EINVAL; one opened
+ * write-only refuses any read with EBADF.  Both are read through a
+ * descriptor of our own, without O_DIRECT: on Linux a buffered read sees
+ * what earlier O_DIRECT writes wrote (they invalidate the page cache over
+ * their range) and what earlier buffered writes wrote (an O_DIRECT write
+ * flushes the page cache over its range first).
+ */
 static size_t
-read_old(int fd, char *buf, size_t len, off_t off)
+read_old(int fd, int fl, char *buf, size_t len, off_t off)
 {
 	size_t		done = 0;
 	int			rfd = fd;
 	bool		reopened = false;
 
+	if (len > 0 && fl >= 0 && ((fl & O_DIRECT) || (fl & O_ACCMODE) == O_WRONLY))
+	{
+		char		link[64];
+
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		rfd = real_open(link, O_RDONLY | O_CLOEXEC);
+		if (rfd < 0)
+			die("cannot reopen an O_DIRECT or write-only file to read its old content");
+		reopened = true;
+	}
 	while (done < len)
 	{
 		ssize_t		n = pread(rfd, buf + done, len - done, off + (off_t) done);
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && errno == EBADF && !reopened)
-		{
-			/* opened write-only: read through a descriptor of our own */
-			char		link[64];
-
-			snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-			rfd = real_open(link, O_RDONLY | O_CLOEXEC);
-			if (rfd < 0)
-				die("cannot reopen a write-only file to read its old content");
-			reopened = true;
-			continue;
-		}
 		if (n < 0)
 			die("cannot read the old content of a write");
 		if (n == 0)
@@ -459,7 +474,7 @@ write_begin(int fd, const struct iovec *iov, int iovcnt, off_t off)
 		oldlen = (size_t) (st.st_size - off) < len ? (size_t) (st.st_size - off) : len;
 	if (oldlen > sizeof(stackbuf) && (old = malloc(oldlen)) == NULL)
 		die("out of memory");
-	oldlen = read_old(fd, old, oldlen, off);
+	oldlen = read_old(fd, fl, old, oldlen, off);
 
 	/* keep only the span the write changes */
 	last = oldlen;
@@ -481,7 +496,11 @@ write_begin(int fd, const struct iovec *iov, int iovcnt, off_t off)
 	}
 
 	rec.type = PC_WRITE;
-	rec.flags = (fl >= 0 && (fl & (O_SYNC | O_DSYNC))) ? PC_FLAG_SYNC_FD : 0;
+	rec.flags = 0;
+	if (fl >= 0 && (fl & (O_SYNC | O_DSYNC)))
+		rec.flags |= PC_FLAG_SYNC_FD;
+	if (fl >= 0 && (fl & O_DIRECT))
+		rec.flags |= PC_FLAG_DIRECT_FD;
 	rec.id = next_id();
 	rec.ino = st.st_ino;
 	rec.aux = first;

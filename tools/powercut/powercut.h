@@ -51,6 +51,8 @@
 
 /* Record flags */
 #define PC_FLAG_SYNC_FD	0x01	/* write to a descriptor opened O_SYNC/O_DSYNC */
+#define PC_FLAG_DIRECT_FD 0x02	/* write to a descriptor opened O_DIRECT
+								 * (noted only: durable as any other) */
 
 typedef struct PcRecord
 {
