@@ -237,6 +237,7 @@ typedef enum RestorePlan
 
 extern void pmwal_binding_allows_new_ring(struct ControlFileData *control, const char *path);
 extern void pmwal_binding_inactive(struct ControlFileData *control);
+extern char *pmwal_binding_may_follow(struct ControlFileData *control);
 extern RestorePlan pmwal_binding_check(struct ControlFileData *control);
 extern void pmwal_binding_take(struct ControlFileData *control);
 extern void pmwal_generation_bump(void);

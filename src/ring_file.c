@@ -21,7 +21,8 @@
  * refused.  A ring is created only where the data directory's binding
  * allows it (binding.c: a missing ring that may have held acknowledged WAL
  * is not silently replaced).  An empty ring may be re-initialised (new
- * size, a ring of format 1): its state word says REINIT before anything
+ * size, a ring of format 1, a new identity of the data directory bound to
+ * it: ring_follow_identity): its state word says REINIT before anything
  * else changes, so a kill at any store leaves a ring the next start
  * initialises again (I6); it keeps its ring_id.  A ring that holds WAL
  * never is.
@@ -47,6 +48,7 @@
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_control.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
@@ -222,12 +224,12 @@ new_ring_id(uint8 *ring_id)
  * (ring_check_header).
  */
 static void
-ring_write_static(uint64 sysid, uint64 capacity, const uint8 *ring_id)
+ring_write_static(uint64 sysid, uint32 segment_size, uint64 capacity, const uint8 *ring_id)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
 	RingStatic	st;
 
-	ring_fill_static(&st, sysid, wal_segment_size, capacity, ring_id);
+	ring_fill_static(&st, sysid, segment_size, capacity, ring_id);
 	if (hdr->state.v != RING_STATE_REINIT)
 		ring_set_word_or_die(&hdr->state.v, RING_STATE_REINIT);
 	PMWAL_PAUSE_POINT("header_store");
@@ -677,7 +679,49 @@ ring_reinitialise(int fd, const char *path, const struct stat *st,
 		memcpy(ring_id, hdr->st.s.ring_id, RING_ID_LEN);
 	else
 		new_ring_id(ring_id);
-	ring_write_static(control->system_identifier, capacity, ring_id);
+	ring_write_static(control->system_identifier, control->xlog_seg_size, capacity, ring_id);
+}
+
+/*
+ * The ring's header names another system identifier or WAL segment size
+ * than pg_control ("verdict", "detail": what ring_check_header found
+ * first).  An empty ring that this data directory's binding names follows
+ * the new identity: it is re-initialised with it, keeping its ring_id
+ * (binding.c, pmwal_binding_may_follow, says when).  Any other is refused.
+ */
+static void
+ring_follow_identity(int fd, const char *path, const struct stat *st,
+					 ControlFileData *control, uint64 capacity,
+					 RingCheck verdict, const char *detail)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	RingExpect	any = {0, 0, XLOG_BLCKSZ};
+	char		rest[256];
+	RingCheck	whole;
+	char	   *why;
+	StringInfoData changed;
+
+	/* the rest of the header must be sound, whatever the identity */
+	whole = ring_check_header(hdr, pmwal_ring->mapped_len, &any, rest, sizeof(rest));
+	if (whole != RING_OK)
+		ring_refuse(whole, path, rest);
+	why = pmwal_binding_may_follow(control);
+	if (why != NULL)
+		ring_refuse(verdict, path, psprintf("%s  %s", detail, why));
+
+	initStringInfo(&changed);
+	if (hdr->st.s.system_identifier != control->system_identifier)
+		appendStringInfo(&changed, "The system identifier changed from %llu to %llu.  ",
+						 (unsigned long long) hdr->st.s.system_identifier,
+						 (unsigned long long) control->system_identifier);
+	if (hdr->st.s.wal_segment_size != control->xlog_seg_size)
+		appendStringInfo(&changed, "The WAL segment size changed from %u to %u bytes.  ",
+						 hdr->st.s.wal_segment_size, control->xlog_seg_size);
+	ereport(LOG,
+			(errmsg("pmwal ring \"%s\" follows the new identity of this data directory", path),
+			 errdetail("%sThe ring holds no WAL, and this data directory's binding names it at its generation (%llu).",
+					   changed.data, (unsigned long long) hdr->generation.v)));
+	ring_reinitialise(fd, path, st, control, capacity);
 }
 
 /*
@@ -761,6 +805,8 @@ pmwal_ring_attach(ControlFileData *control)
 				 errdetail_internal("%s", detail)));
 		ring_reinitialise(fd, path, &st, control, capacity);
 	}
+	else if (verdict == RING_OTHER_CLUSTER || verdict == RING_OTHER_SEGMENT_SIZE)
+		ring_follow_identity(fd, path, &st, control, capacity, verdict, detail);
 	else if (verdict != RING_OK)
 		ring_refuse(verdict, path, detail);
 	else if (pmwal_ring->hdr->st.s.capacity != capacity)
