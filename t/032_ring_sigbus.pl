@@ -44,7 +44,9 @@ END
 	local $?;
 	for my $pid (@children)
 	{
-		kill 'KILL', $pid if waitpid($pid, POSIX::WNOHANG()) == 0;
+		next unless waitpid($pid, POSIX::WNOHANG()) == 0;
+		kill 'KILL', $pid;
+		waitpid($pid, 0);
 	}
 }
 my $PAGE = 8192;
@@ -63,8 +65,15 @@ sub start_child
 		exec('postgres', '-D', $node->data_dir) or POSIX::_exit(127);
 	}
 	push @children, $pid;
-	$node->poll_query_until('postgres', 'SELECT true')
-	  or die $node->name . ': the server does not accept connections';
+	# pg_isready, not a query: psql that finds no server yet may exit
+	# before the query is written to it (a broken pipe in IPC::Run)
+	my $deadline = Time::HiRes::time() + 180;
+	until (system('pg_isready', '-q', '-h', $node->host, '-p', $node->port) == 0)
+	{
+		die $node->name . ': the server does not accept connections'
+		  if Time::HiRes::time() > $deadline || waitpid($pid, POSIX::WNOHANG()) == $pid;
+		Time::HiRes::sleep(0.1);
+	}
 	return $pid;
 }
 
@@ -213,11 +222,14 @@ sub commit_into_cut
 	{
 		$st = wait_exit($pid, 0);
 		last if defined $st;
-		my ($rc, $out) = $node->psql('postgres', 'SELECT NOT pg_is_in_recovery()');
-		if ($rc == 0 && $out eq 't')
+		if (system('pg_isready', '-q', '-h', $node->host, '-p', $node->port) == 0)
 		{
-			$back = 1;
-			last;
+			my ($rc, $out) = $node->psql('postgres', 'SELECT NOT pg_is_in_recovery()');
+			if ($rc == 0 && $out eq 't')
+			{
+				$back = 1;
+				last;
+			}
 		}
 		Time::HiRes::sleep(0.2);
 	}
