@@ -34,6 +34,13 @@
  * file is not trusted, and a ring holding WAL past the backup's start is
  * refused.  Every refusal names both sides and writes nothing.
  *
+ * pg_createsubscriber (a new system identifier) and pg_resetwal
+ * --wal-segsize change the identity the ring's header records, on a
+ * cluster stopped cleanly, and keep the binding file: an empty ring that
+ * the binding names at its generation follows the new identity
+ * (pmwal_binding_may_follow); any other ring of another identity is
+ * refused.
+ *
  * The binding file is written off the commit path: at a start, and by the
  * flusher.  A slot is written in place and synced; two slots alternate, so
  * a torn write leaves the previous generation.
@@ -446,6 +453,64 @@ owner_is_this_datadir(const RingHeader *hdr)
 	if (!ring_owner_valid(&hdr->owner))
 		return true;
 	return strcmp(hdr->owner.datadir, realpath(DataDir, here) ? here : DataDir) == 0;
+}
+
+/*
+ * The attached ring's header names another system identifier or WAL segment
+ * size than pg_control: may the ring follow the data directory's new
+ * identity?  pg_createsubscriber gives a standby a new system identifier and
+ * pg_resetwal --wal-segsize another segment size; both run on a cluster
+ * stopped cleanly (so the ring holds nothing) and leave pg_wal/pmwal.binding
+ * in place.  The ring follows only if nothing is at stake in it and it is
+ * provably this data directory's own: it holds no WAL; the data directory
+ * is not a base backup; its binding file names this ring, was written for
+ * the ring's old system identifier, and is at the ring's generation (or one
+ * behind: the flusher raises the ring's first); and the ring was bound last
+ * from this data directory's path.  Returns NULL if it may, else a sentence
+ * saying why not, for the refusal's detail.
+ */
+char *
+pmwal_binding_may_follow(ControlFileData *control)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	BindingSlot slot;
+	BindingState state;
+	char		rid[2 * RING_ID_LEN + 1];
+	char		bid[2 * RING_ID_LEN + 1];
+	char		here[PATH_MAX];
+
+	if (ring_holds_wal(hdr))
+		return psprintf("The ring holds WAL from %X/%X to %X/%X, written under the old identity; pmwal gives a ring a new identity only while it holds nothing.",
+						LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v));
+	if (restored_from_backup())
+		return psprintf("This data directory is being restored from a base backup (\"%s\" exists): the binding file it carries is not trusted.",
+						BACKUP_LABEL_FILE);
+	state = binding_read_at(&slot, WARNING);
+	if (state == BINDING_ABSENT)
+		return psprintf("This data directory has no binding file (\"%s\"): it never bound this ring.",
+						BINDING_PATH);
+	if (state == BINDING_DAMAGED)
+		return psprintf("This data directory's binding file (\"%s\") is damaged.", BINDING_PATH);
+	ring_id_text(hdr->st.s.ring_id, rid);
+	if (memcmp(slot.ring_id, hdr->st.s.ring_id, RING_ID_LEN) != 0)
+		return psprintf("This data directory is bound to ring %s at \"%s\", not to this ring (%s).",
+						(ring_id_text(slot.ring_id, bid), bid), slot.ring_path, rid);
+	if (slot.system_identifier != hdr->st.s.system_identifier)
+		return psprintf("This data directory's binding to the ring was written for system identifier %llu, the ring for %llu.",
+						(unsigned long long) slot.system_identifier,
+						(unsigned long long) hdr->st.s.system_identifier);
+	if (hdr->generation.v < slot.generation)
+		return psprintf("The ring is at generation %llu, this data directory's binding at %llu: the ring file is an earlier copy of itself.",
+						(unsigned long long) hdr->generation.v,
+						(unsigned long long) slot.generation);
+	if (hdr->generation.v > slot.generation + 1)
+		return psprintf("The ring is at generation %llu, this data directory's binding at %llu: another copy of this data directory has used the ring since.",
+						(unsigned long long) hdr->generation.v,
+						(unsigned long long) slot.generation);
+	if (!owner_is_this_datadir(hdr))
+		return psprintf("The ring was bound last by the data directory %s, not by this one (%s): this data directory is a copy of that one.",
+						hdr->owner.datadir, realpath(DataDir, here) ? here : DataDir);
+	return NULL;
 }
 
 /*

@@ -229,8 +229,11 @@ pmwal_shmem_startup_hook(void)
 	}
 	if (pmwal_ring != NULL)
 	{
+		/* at a crash-restart, the mapping is the first start's */
+		ring_require_readable_header();
 		plan = pmwal_binding_check(control);
 		pmwal_restore(control, plan, crash_restart);
+		ring_restore_size();
 		pmwal_binding_take(control);
 		/* registered anew at every crash-restart: shmem_exit ran the old one */
 		on_shmem_exit(pmwal_exit_sync, 0);

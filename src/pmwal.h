@@ -110,6 +110,11 @@ extern void ring_copy_in(XLogRecPtr start, const char *src, size_t len);
 extern bool ring_drain(XLogRecPtr start, XLogRecPtr end);
 extern ssize_t ring_write_out(int fd, XLogRecPtr start, size_t len, off_t offset);
 extern void ring_write_owner(uint64 generation);
+extern bool ring_read_guarded(void *dst, const void *src, size_t len, uint64 *fault_offset);
+extern char *ring_unreadable_reason(void);
+extern char *ring_unreadable_hint(void);
+extern void ring_require_readable_header(void);
+extern void ring_restore_size(void);
 
 /* Counters shown by pmwal_status; reset when the server (re)starts. */
 typedef enum PmwalCounter
@@ -238,6 +243,7 @@ typedef enum RestorePlan
 
 extern void pmwal_binding_allows_new_ring(struct ControlFileData *control, const char *path);
 extern void pmwal_binding_inactive(struct ControlFileData *control);
+extern char *pmwal_binding_may_follow(struct ControlFileData *control);
 extern RestorePlan pmwal_binding_check(struct ControlFileData *control);
 extern void pmwal_binding_take(struct ControlFileData *control);
 extern void pmwal_generation_bump(void);

@@ -39,6 +39,14 @@
  * wrote for those LSNs (I3).  Every sync here is real, whatever the fsync
  * setting.
  *
+ * Every read of the ring's memory here is guarded (ring_read_guarded): a
+ * page that cannot be read -- the ring file truncated under the running
+ * server, a poisoned line of persistent memory -- ends the start with a
+ * FATAL naming the ring and the WAL it cannot read, instead of a SIGBUS
+ * that kills the postmaster without a word.  All of [tail, head) is read
+ * once before anything is checked or written, so such a start writes
+ * nothing.
+ *
  * IDENTIFICATION
  *		restore.c
  *
@@ -78,6 +86,101 @@ typedef struct MergedView
 	bool		use_ring;		/* false: pg_wal only */
 } MergedView;
 
+/*
+ * The ring's memory could not be read at "at" (file offset "fault"): end
+ * the start with a FATAL naming the ring and the WAL that cannot be read,
+ * found page by page over the ring's [tail, head).  "written": whether
+ * some of the ring's WAL was written into pg_wal already.  The ring is left
+ * as it is.
+ */
+static void
+ring_unreadable(XLogRecPtr at, uint64 fault, bool written)
+{
+	XLogRecPtr	tail = pmwal_ring->hdr->tail.v;
+	XLogRecPtr	head = pmwal_ring->hdr->head.v;
+	XLogRecPtr	first = InvalidXLogRecPtr;
+	XLogRecPtr	last = InvalidXLogRecPtr;
+	uint64		bad = 0;
+	PGAlignedXLogBlock page;
+
+	for (XLogRecPtr p = tail; p < head; p += XLOG_BLCKSZ)
+	{
+		uint64		f;
+
+		if (ring_read_guarded(page.data, pmwal_ring->data + RING_OFFSET(pmwal_ring->capacity, p),
+							  XLOG_BLCKSZ, &f))
+			continue;
+		if (bad++ == 0)
+			first = p;
+		last = p + XLOG_BLCKSZ;
+	}
+	if (bad == 0)
+	{
+		/* readable again on the second look: name the page that was not */
+		first = RING_PAGE(at);
+		last = first + XLOG_BLCKSZ;
+		bad = 1;
+	}
+	ereport(FATAL,
+			(errcode(ERRCODE_IO_ERROR),
+			 errmsg("could not read pmwal ring \"%s\": its WAL from %X/%X to %X/%X cannot be read",
+					pmwal_ring->path, LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(last)),
+			 errdetail("The ring holds this cluster's WAL from %X/%X to %X/%X; %llu of its %llu pages, from %X/%X to %X/%X, cannot be read (SIGBUS at file offset %llu).  %s  %s",
+					   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
+					   (unsigned long long) bad,
+					   (unsigned long long) ((head - tail) / XLOG_BLCKSZ),
+					   LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(last),
+					   (unsigned long long) fault, ring_unreadable_reason(),
+					   written ? "Part of the ring's WAL was written into pg_wal already, exactly as the ring holds it; the ring was left as it is."
+					   : "Nothing was restored; the ring was left as it is."),
+			 errhint("%s", ring_unreadable_hint())));
+}
+
+/*
+ * Copy the ring's WAL [from, from + len) into "buf", or end the start with
+ * a FATAL (ring_unreadable) if the ring's memory cannot be read.  Every read
+ * of the ring's data here goes through this.
+ */
+static void
+read_ring(char *buf, XLogRecPtr from, size_t len, bool written)
+{
+	uint64		cap = pmwal_ring->capacity;
+
+	while (len > 0)
+	{
+		uint64		off = RING_OFFSET(cap, from);
+		size_t		n = Min(len, cap - off);
+		uint64		fault;
+
+		if (!ring_read_guarded(buf, pmwal_ring->data + off, n, &fault))
+		{
+			uint64		doff = fault - RING_HEADER_SIZE;
+
+			ring_unreadable(doff >= off && doff < off + n ? from + (doff - off) : from,
+							fault, written);
+		}
+		buf += n;
+		from += n;
+		len -= n;
+	}
+}
+
+/*
+ * Read all of the ring's WAL [tail, head) once before anything is checked
+ * or written, so that WAL the ring cannot give back ends the start before
+ * a byte is written.
+ */
+static void
+require_readable(XLogRecPtr tail, XLogRecPtr head)
+{
+	const Size	chunk = 64 * XLOG_BLCKSZ;
+	char	   *buf = palloc(chunk);
+
+	for (XLogRecPtr p = tail; p < head; p += Min(chunk, head - p))
+		read_ring(buf, p, Min(chunk, head - p), false);
+	pfree(buf);
+}
+
 static int
 merged_page_read(XLogReaderState *reader, XLogRecPtr page, int reqLen,
 				 XLogRecPtr targetRecPtr, char *buf)
@@ -91,8 +194,7 @@ merged_page_read(XLogReaderState *reader, XLogRecPtr page, int reqLen,
 	if (view->use_ring && page >= view->tail && page < view->head)
 	{
 		/* whole pages: tail and head are page-aligned, pages never wrap */
-		memcpy(buf, pmwal_ring->data + RING_OFFSET(pmwal_ring->capacity, page),
-			   XLOG_BLCKSZ);
+		read_ring(buf, page, XLOG_BLCKSZ, false);
 		return XLOG_BLCKSZ;
 	}
 	XLByteToSeg(page, segno, wal_segment_size);
@@ -153,12 +255,13 @@ check_ring_after(XLogRecPtr end, XLogRecPtr tail, XLogRecPtr head, TimeLineID tl
 	XLogRecPtr	rec = end;
 	uint32		tot_len;
 	uint32		got;
+	PGAlignedXLogBlock buf;
+	XLogPageHeader ph = (XLogPageHeader) buf.data;
 
 	if (rec % XLOG_BLCKSZ == 0)
 		rec += rec % wal_segment_size == 0 ? SizeOfXLogLongPHD : SizeOfXLogShortPHD;
 	/* xl_tot_len comes first; records are MAXALIGNed, so it never spans pages */
-	memcpy(&tot_len, pmwal_ring->data + RING_OFFSET(pmwal_ring->capacity, rec),
-		   sizeof(tot_len));
+	read_ring((char *) &tot_len, rec, sizeof(tot_len), false);
 	if (tot_len < SizeOfXLogRecord)
 		return psprintf("the record at %X/%X is %u bytes long", LSN_FORMAT_ARGS(rec), tot_len);
 
@@ -171,11 +274,9 @@ check_ring_after(XLogRecPtr end, XLogRecPtr tail, XLogRecPtr head, TimeLineID tl
 	got = Min(tot_len, RING_PAGE(rec) + XLOG_BLCKSZ - rec);
 	for (XLogRecPtr page = RING_PAGE(rec) + XLOG_BLCKSZ; page < head; page += XLOG_BLCKSZ)
 	{
-		XLogPageHeader ph = (XLogPageHeader)
-			(pmwal_ring->data + RING_OFFSET(pmwal_ring->capacity, page));
-
 		if (got >= tot_len)
 			break;
+		read_ring(buf.data, page, SizeOfXLogLongPHD, false);
 		if (ph->xlp_magic != XLOG_PAGE_MAGIC || ph->xlp_pageaddr != page ||
 			ph->xlp_tli > tli)
 			return psprintf("the ring's page at %X/%X has no valid page header",
@@ -282,6 +383,9 @@ static int
 write_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 {
 	static const PGAlignedXLogBlock zeros;
+	const Size	chunk = 64 * XLOG_BLCKSZ;
+	char	   *buf = palloc(chunk);
+	XLogRecPtr	start = from;
 	int			nsegs = 0;
 
 	while (from < to)
@@ -307,10 +411,10 @@ write_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 
 		for (Size done = 0; done < n;)
 		{
-			uint64		roff = RING_OFFSET(pmwal_ring->capacity, from + done);
-			Size		piece = Min(n - done, pmwal_ring->capacity - roff);
+			Size		piece = Min(n - done, chunk);
 
-			pmwal_write_fully(fd, pmwal_ring->data + roff, piece, off + done, path, FATAL);
+			read_ring(buf, from + done, piece, from + done > start);
+			pmwal_write_fully(fd, buf, piece, off + done, path, FATAL);
 			done += piece;
 		}
 		pmwal_fsync_fd(fd, path, FATAL);
@@ -318,6 +422,7 @@ write_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 		nsegs++;
 		from += n;
 	}
+	pfree(buf);
 	return nsegs;
 }
 
@@ -400,6 +505,7 @@ pmwal_restore(ControlFileData *control, RestorePlan plan, bool crash_restart)
 	}
 
 	INSTR_TIME_SET_CURRENT(start);
+	require_readable(tail, head);
 	pmwal_restore_history_init(control);
 	tli = pmwal_restore_timeline(control, (TimeLineID) hdr->timeline.v, tail, head);
 	if (tli == 0)
@@ -469,11 +575,24 @@ pmwal_exit_sync(int code, Datum arg)
 	bool		crc_ok;
 	XLogSegNo	first;
 	RingHeader *hdr;
+	RingHeader	copy;
+	uint64		fault;
 
-	if (pmwal_ring == NULL)
+	if (pmwal_ring == NULL || !proc_exit_inprogress)
 		return;
 	hdr = pmwal_ring->hdr;
-	if (!ring_holds_wal(hdr) || !proc_exit_inprogress || !last_process_attached() ||
+	/* the mapping may have become unreadable (ring_read_guarded) */
+	if (!ring_read_guarded(&copy, hdr, sizeof(copy), &fault))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_IO_ERROR),
+				 errmsg("could not read the header of pmwal ring \"%s\"; it was left as it is",
+						pmwal_ring->path),
+				 errdetail("Reading the ring's header failed at byte %llu (SIGBUS).  %s",
+						   (unsigned long long) fault, ring_unreadable_reason())));
+		return;
+	}
+	if (!ring_holds_wal(&copy) || !last_process_attached() ||
 		pg_atomic_read_u32(&pmwal_shared->panicked) != 0)
 		return;
 	control = get_controlfile(DataDir, &crc_ok);

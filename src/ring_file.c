@@ -21,7 +21,8 @@
  * refused.  A ring is created only where the data directory's binding
  * allows it (binding.c: a missing ring that may have held acknowledged WAL
  * is not silently replaced).  An empty ring may be re-initialised (new
- * size, a ring of format 1): its state word says REINIT before anything
+ * size, a ring of format 1, a new identity of the data directory bound to
+ * it: ring_follow_identity): its state word says REINIT before anything
  * else changes, so a kill at any store leaves a ring the next start
  * initialises again (I6); it keeps its ring_id.  A ring that holds WAL
  * never is.
@@ -36,6 +37,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <libpmem.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -47,6 +50,7 @@
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_control.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/memutils.h"
 
@@ -138,6 +142,130 @@ ring_write_out(int fd, XLogRecPtr start, size_t len, off_t offset)
 	return pwritev(fd, iov, 2, offset);
 }
 
+/* ---------------------------------------------------------------------
+ * Reading a mapping that may not be readable
+ *
+ * A page of the ring's mapping that cannot be read -- the ring file
+ * truncated under the running server, or on persistent memory a poisoned
+ * line -- is a SIGBUS at the first access.  A backend or the flusher that
+ * meets one dies of it, and the postmaster crash-restarts; but the
+ * postmaster itself reads the ring at every start and crash-restart, to
+ * check it and restore it, and a SIGBUS there would end the server without
+ * a word.  Those reads go through ring_read_guarded(), which turns the
+ * SIGBUS into a return value, so that the start ends in a FATAL saying what
+ * could not be read.  The handler is installed only around each copy: a
+ * SIGBUS anywhere else keeps its default action.
+ * --------------------------------------------------------------------- */
+
+static sigjmp_buf *volatile guard_jump = NULL;
+static void *volatile guard_fault = NULL;
+
+static void
+guard_sigbus(int signo, siginfo_t *info, void *context)
+{
+	struct sigaction dfl;
+
+	if (guard_jump != NULL)
+	{
+		guard_fault = info->si_addr;
+		siglongjmp(*guard_jump, 1);
+	}
+	/* not a guarded read: what a SIGBUS does by default */
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	sigaction(signo, &dfl, NULL);
+	raise(signo);
+}
+
+/*
+ * Copy "len" bytes of the ring's mapping at "src" into "dst".  Returns
+ * false if the mapping could not be read, with *fault_offset set to the
+ * file offset of the byte whose read failed.
+ */
+bool
+ring_read_guarded(void *dst, const void *src, size_t len, uint64 *fault_offset)
+{
+	struct sigaction sa;
+	struct sigaction prev;
+	sigset_t	bus;
+	sigset_t	prev_mask;
+	sigjmp_buf	jump;
+	volatile bool ok = true;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = guard_sigbus;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, &prev) != 0)
+		elog(FATAL, "could not install a SIGBUS handler: %m");
+	sigemptyset(&bus);
+	sigaddset(&bus, SIGBUS);
+	sigprocmask(SIG_UNBLOCK, &bus, &prev_mask);
+	if (sigsetjmp(jump, 1) == 0)
+	{
+		guard_jump = &jump;
+		pg_compiler_barrier();
+		memcpy(dst, src, len);
+		pg_compiler_barrier();
+	}
+	else
+	{
+		ok = false;
+		*fault_offset = (uint64) ((char *) guard_fault - (char *) pmwal_ring->hdr);
+	}
+	guard_jump = NULL;
+	sigprocmask(SIG_SETMASK, &prev_mask, NULL);
+	sigaction(SIGBUS, &prev, NULL);
+	return ok;
+}
+
+/* Why the ring's mapping could not be read, as sentences for an errdetail. */
+char *
+ring_unreadable_reason(void)
+{
+	struct stat st;
+
+	if (fstat(pmwal_ring->fd, &st) != 0)
+		return psprintf("The ring file could not be examined: %m.");
+	if (S_ISREG(st.st_mode) && (uint64) st.st_size < pmwal_ring->mapped_len)
+		return psprintf("The file is now %lld bytes, shorter than the %zu bytes mapped when the server attached the ring: it was truncated while the server ran.",
+						(long long) st.st_size, pmwal_ring->mapped_len);
+	return psprintf("The ring has the size it had when the server attached it (%zu bytes): its memory itself could not be read (on persistent memory, a poisoned range).",
+					pmwal_ring->mapped_len);
+}
+
+/* What to do about a ring that cannot be read, for an errhint. */
+char *
+ring_unreadable_hint(void)
+{
+	return psprintf("The server does not start without the WAL the ring holds.  \"pmwal_ctl inspect\" shows the ring; if the unreadable part can be repaired (on persistent memory, by clearing the poisoned range), start again; \"pmwal_ctl dump\" saves the ring's WAL once it can be read.  If that WAL is lost for good, move the ring file aside and run \"pmwal_ctl unbind --force -D %s\": the server then starts without it, and the cluster must be treated as damaged.",
+					DataDir);
+}
+
+/*
+ * Can the ring's header be read through the mapping?  At a crash-restart
+ * the mapping is the one the first start made, and the file may have been
+ * truncated since.  FATAL, naming the ring and the bytes, if not: what the
+ * ring holds cannot be known, so the start cannot go on.
+ */
+void
+ring_require_readable_header(void)
+{
+	PGAlignedBlock page;
+	uint64		fault;
+
+	StaticAssertStmt(sizeof(page) >= RING_HEADER_SIZE, "header page too small");
+	if (ring_read_guarded(page.data, pmwal_ring->hdr, RING_HEADER_SIZE, &fault))
+		return;
+	ereport(FATAL,
+			(errcode(ERRCODE_IO_ERROR),
+			 errmsg("could not read the header of pmwal ring \"%s\"", pmwal_ring->path),
+			 errdetail("Reading the ring's header (file bytes 0 to %d) failed at byte %llu (SIGBUS).  %s  Which WAL the ring holds cannot be known.",
+					   RING_HEADER_SIZE - 1, (unsigned long long) fault,
+					   ring_unreadable_reason()),
+			 errhint("%s", ring_unreadable_hint())));
+}
+
 /*
  * Make the ring_copy_in() copies of WAL [start, end) durable.  Returns
  * false only in msync mode, when msync() failed.
@@ -222,12 +350,12 @@ new_ring_id(uint8 *ring_id)
  * (ring_check_header).
  */
 static void
-ring_write_static(uint64 sysid, uint64 capacity, const uint8 *ring_id)
+ring_write_static(uint64 sysid, uint32 segment_size, uint64 capacity, const uint8 *ring_id)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
 	RingStatic	st;
 
-	ring_fill_static(&st, sysid, wal_segment_size, capacity, ring_id);
+	ring_fill_static(&st, sysid, segment_size, capacity, ring_id);
 	if (hdr->state.v != RING_STATE_REINIT)
 		ring_set_word_or_die(&hdr->state.v, RING_STATE_REINIT);
 	PMWAL_PAUSE_POINT("header_store");
@@ -677,7 +805,77 @@ ring_reinitialise(int fd, const char *path, const struct stat *st,
 		memcpy(ring_id, hdr->st.s.ring_id, RING_ID_LEN);
 	else
 		new_ring_id(ring_id);
-	ring_write_static(control->system_identifier, capacity, ring_id);
+	ring_write_static(control->system_identifier, control->xlog_seg_size, capacity, ring_id);
+}
+
+/*
+ * The ring's header names another system identifier or WAL segment size
+ * than pg_control ("verdict", "detail": what ring_check_header found
+ * first).  An empty ring that this data directory's binding names follows
+ * the new identity: it is re-initialised with it, keeping its ring_id
+ * (binding.c, pmwal_binding_may_follow, says when).  Any other is refused.
+ */
+static void
+ring_follow_identity(int fd, const char *path, const struct stat *st,
+					 ControlFileData *control, uint64 capacity,
+					 RingCheck verdict, const char *detail)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	RingExpect	any = {0, 0, XLOG_BLCKSZ};
+	char		rest[256];
+	RingCheck	whole;
+	char	   *why;
+	StringInfoData changed;
+
+	/* the rest of the header must be sound, whatever the identity */
+	whole = ring_check_header(hdr, pmwal_ring->mapped_len, &any, rest, sizeof(rest));
+	if (whole != RING_OK)
+		ring_refuse(whole, path, rest);
+	why = pmwal_binding_may_follow(control);
+	if (why != NULL)
+		ring_refuse(verdict, path, psprintf("%s  %s", detail, why));
+
+	initStringInfo(&changed);
+	if (hdr->st.s.system_identifier != control->system_identifier)
+		appendStringInfo(&changed, "The system identifier changed from %llu to %llu.  ",
+						 (unsigned long long) hdr->st.s.system_identifier,
+						 (unsigned long long) control->system_identifier);
+	if (hdr->st.s.wal_segment_size != control->xlog_seg_size)
+		appendStringInfo(&changed, "The WAL segment size changed from %u to %u bytes.  ",
+						 hdr->st.s.wal_segment_size, control->xlog_seg_size);
+	ereport(LOG,
+			(errmsg("pmwal ring \"%s\" follows the new identity of this data directory", path),
+			 errdetail("%sThe ring holds no WAL, and this data directory's binding names it at its generation (%llu).",
+					   changed.data, (unsigned long long) hdr->generation.v)));
+	ring_reinitialise(fd, path, st, control, capacity);
+}
+
+/*
+ * After the restore (the ring holds no WAL now, whatever it held is in
+ * pg_wal): if the ring file was truncated while the server ran, give it
+ * back the size of the mapping, so that the next write into the ring does
+ * not fault.  What comes back reads as zeros; the ring is empty, so it
+ * claims none of it.  Called at every start; a devdax device cannot be
+ * truncated.
+ */
+void
+ring_restore_size(void)
+{
+	struct stat st;
+
+	Assert(!ring_holds_wal(pmwal_ring->hdr));
+	if (fstat(pmwal_ring->fd, &st) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not stat pmwal ring \"%s\": %m", pmwal_ring->path)));
+	if (!S_ISREG(st.st_mode) || (uint64) st.st_size >= pmwal_ring->mapped_len)
+		return;
+	ereport(WARNING,
+			(errmsg("pmwal ring \"%s\" was truncated while the server ran", pmwal_ring->path),
+			 errdetail("The file is %lld bytes; the server mapped %zu.  The ring holds no WAL now (any it held was restored into pg_wal), so pmwal gives the file its size back.",
+					   (long long) st.st_size, pmwal_ring->mapped_len),
+			 errhint("Only the server may change its ring file while it runs.")));
+	ring_file_resize(pmwal_ring->fd, pmwal_ring->path, (off_t) pmwal_ring->mapped_len);
 }
 
 /*
@@ -741,6 +939,7 @@ pmwal_ring_attach(ControlFileData *control)
 	pmwal_ring->capacity = capacity;
 	pmwal_ring->path = MemoryContextStrdup(TopMemoryContext, path);
 	ring_map(fd, path, &st);
+	ring_require_readable_header();
 
 	if (pmwal_ring->mode == PMWAL_MODE_MSYNC && pmwal_require_pmem)
 		ereport(FATAL,
@@ -761,6 +960,13 @@ pmwal_ring_attach(ControlFileData *control)
 				 errdetail_internal("%s", detail)));
 		ring_reinitialise(fd, path, &st, control, capacity);
 	}
+	else if (verdict == RING_OTHER_CLUSTER || verdict == RING_OTHER_SEGMENT_SIZE)
+		ring_follow_identity(fd, path, &st, control, capacity, verdict, detail);
+	else if (verdict == RING_BAD_GEOMETRY && ring_holds_wal(pmwal_ring->hdr))
+		ring_refuse(verdict, path,
+					psprintf("%s  The header says the ring holds WAL from %X/%X to %X/%X.",
+							 detail, LSN_FORMAT_ARGS(pmwal_ring->hdr->tail.v),
+							 LSN_FORMAT_ARGS(pmwal_ring->hdr->head.v)));
 	else if (verdict != RING_OK)
 		ring_refuse(verdict, path, detail);
 	else if (pmwal_ring->hdr->st.s.capacity != capacity)

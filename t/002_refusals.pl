@@ -128,7 +128,7 @@ $before = ring_bytes($ring_a);
 start_refused($node_b, 'other cluster');
 log_has(
 	$node_b,
-	qr/FATAL:  pmwal ring "\Q$ring_a\E" belongs to another database cluster\n.*DETAIL:  The ring belongs to the cluster with system identifier $sysid_a; this cluster's is $sysid_b\.\n.*HINT:  Give this cluster its own ring in pmwal\.path\./,
+	qr/FATAL:  pmwal ring "\Q$ring_a\E" belongs to another database cluster\n.*DETAIL:  The ring belongs to the cluster with system identifier $sysid_a; this cluster's is $sysid_b\.  This data directory has no binding file \("pg_wal\/pmwal\.binding"\): it never bound this ring\.\n.*HINT:  Give this cluster its own ring in pmwal\.path\./,
 	'other cluster: FATAL with DETAIL naming both system identifiers');
 ok($before eq ring_bytes($ring_a), 'other cluster: ring bytes unchanged');
 
@@ -456,7 +456,9 @@ log_has(
 ok($before eq ring_bytes($ring_a), 'another ring at the bound path: ring bytes unchanged');
 
 ###########################################################################
-# 5. Another WAL segment size, set with pg_resetwal.
+# 5. Another WAL segment size, set with pg_resetwal: an empty ring follows
+# only a data directory whose binding names it (t/032); without the binding
+# file it is refused.
 ###########################################################################
 my $ring_seg = "/dev/shm/pmwal_tap_segsize_$$.ring";
 unlink $ring_seg;
@@ -468,13 +470,21 @@ is(ring_field($ring_seg, 'wal_segment_size'), 16 * $MB,
 	'segment size: ring was created with 16 MB segments');
 command_ok([ 'pg_resetwal', '--wal-segsize=32', '-D', $node_b->data_dir ],
 	'segment size: pg_resetwal --wal-segsize=32');
+my $binding_b = $node_b->data_dir . '/pg_wal/pmwal.binding';
+rename($binding_b, "$binding_b.aside") or die "rename: $!";
 $before = ring_bytes($ring_seg);
 start_refused($node_b, 'segment size');
 my ($seg16, $seg32) = (16 * $MB, 32 * $MB);
 log_has(
 	$node_b,
-	qr/FATAL:  pmwal ring "\Q$ring_seg\E" was written with another WAL segment size\n.*DETAIL:  The ring was written with a WAL segment size of $seg16 bytes; this cluster uses $seg32\.\n.*HINT:  \Q$ring_hint\E\n/,
+	qr/FATAL:  pmwal ring "\Q$ring_seg\E" was written with another WAL segment size\n.*DETAIL:  The ring was written with a WAL segment size of $seg16 bytes; this cluster uses $seg32\.  This data directory has no binding file \("pg_wal\/pmwal\.binding"\): it never bound this ring\.\n.*HINT:  \Q$ring_hint\E\n/,
 	'segment size: FATAL with DETAIL and HINT');
 ok($before eq ring_bytes($ring_seg), 'segment size: ring bytes unchanged');
+rename("$binding_b.aside", $binding_b) or die "rename: $!";
+start_fine($node_b, 'segment size, with the binding');
+log_has($node_b, qr/LOG:  pmwal ring "\Q$ring_seg\E" follows the new identity of this data directory\n/,
+	'segment size, with the binding: the ring follows');
+is(ring_field($ring_seg, 'wal_segment_size'), $seg32, 'segment size: the ring says 32 MB segments');
+$node_b->stop;
 
 done_testing();
