@@ -349,6 +349,21 @@ require_bound_ring_free(const BindingSlot *slot, const char *why_looking)
 						 slot->ring_path, unbind_hint)));
 	n = pg_pread(fd, page.data, RING_HEADER_SIZE, 0);
 	close(fd);
+	/*
+	 * That ring, by its id, but its header does not check (inconsistent
+	 * positions, a damaged field): it may still hold the WAL.  Not "gone".
+	 */
+	if (n == RING_HEADER_SIZE &&
+		memcmp(hdr->st.s.ring_id, slot->ring_id, RING_ID_LEN) == 0 &&
+		ring_check_header(hdr, RING_HEADER_SIZE + hdr->st.s.capacity, &expect,
+						  detail, sizeof(detail)) != RING_OK)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pmwal cannot start: the ring that may hold this cluster's acknowledged WAL cannot be read"),
+				 errdetail("The cluster did not shut down cleanly; its WAL was made durable in ring %s at \"%s\" (generation %llu).  The file there is that ring, but its header does not check: %s  %s",
+						   id, slot->ring_path, (unsigned long long) slot->generation,
+						   detail, why_looking),
+				 errhint("The ring may still hold that WAL: \"pmwal_ctl inspect\" says what it holds, and \"pmwal_ctl dump\" gets it out (see pmwal's docs/failures.md) before anything else is done with the ring or the binding.")));
 	if (n != RING_HEADER_SIZE ||
 		ring_check_header(hdr, RING_HEADER_SIZE + hdr->st.s.capacity, &expect,
 						  detail, sizeof(detail)) != RING_OK ||

@@ -537,16 +537,20 @@ ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
  * for which a WAL writer installing a new segment waits while it holds
  * WALWriteLock -- so every commit waits for that sync.  Syncing pg_wal here
  * first, while the checkpointer holds neither lock, leaves the sync under
- * the lock only the WAL written since.  Nothing changes for durability:
- * this is the same real sync, earlier.
+ * the lock only the WAL written since (and less than
+ * CHECKPOINTER_PRESYNC_MIN is not worth a sync of its own).  Nothing
+ * changes for durability: this is the same real sync, earlier.
  */
+#define CHECKPOINTER_PRESYNC_MIN	(16 * XLOG_BLCKSZ)
+
 void
 ring_on_checkpointer_sync(void)
 {
+	/* less than this is a short sync under the lock too */
 	if (!tracking() || !anchored() ||
 		LWLockHeldByMe(WALWriteLock) || LWLockHeldByMe(ControlFileLock) ||
-		pg_atomic_read_u64(&pmwal_shared->written_end) <=
-		pg_atomic_read_u64(&pmwal_shared->durable_lsn))
+		pg_atomic_read_u64(&pmwal_shared->written_end) <
+		pg_atomic_read_u64(&pmwal_shared->durable_lsn) + CHECKPOINTER_PRESYNC_MIN)
 		return;
 	PMWAL_PAUSE_POINT("checkpointer_before_presync");
 	ring_make_durable();

@@ -362,14 +362,18 @@ sub cut_and_check
 {
 	my $tag = 'checkpointer_presync';
 	my $node = quiet_node($tag);
+	$node->safe_psql('postgres', 'CREATE TABLE filler (id int, v text)');
 	my $id = 1000;
 	for my $point ('checkpointer_before_presync', 'checkpointer_after_presync')
 	{
 		my $t = "$tag/$point";
 		stop_server_process($node, $_) for qw(walwriter flusher);
-		# dirty pages of t, so that the checkpoint syncs its file
+		# dirty pages of t, so that the checkpoint syncs its file, and more
+		# unsynced WAL than the checkpointer's sync is made for (128 kB)
 		my @acked = map { ++$id } 1 .. 3;
 		acked_insert($node, $_) for @acked;
+		$node->safe_psql('postgres',
+			q{INSERT INTO filler SELECT g, repeat('x', 100) FROM generate_series(1, 3000) g});
 		my $before = pmwal_status($node);
 		my $ckpt_pid = $node->safe_psql('postgres',
 			q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'});

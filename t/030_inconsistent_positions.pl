@@ -80,6 +80,20 @@ like(slurp_file($node->logfile, $offset), qr/FATAL:  pmwal ring "\Q$ring\E" has 
 	'a mid-page head: the server refuses the ring for its positions');
 is(sha($ring), $ring_sha, 'the refused start left the ring as it was');
 
+# pmwal.path pointed elsewhere: the bound ring is not "gone", it cannot be
+# read, and the hint says how to get its WAL out
+$node->append_conf('postgresql.conf', "pmwal.path = '$ring.elsewhere'\n");
+$offset = -s $node->logfile;
+ok(!$node->start(fail_ok => 1), 'pmwal.path changed: the start is refused');
+my $log = slurp_file($node->logfile, $offset);
+like($log, qr/FATAL:  pmwal cannot start: the ring that may hold this cluster's acknowledged WAL cannot be read/,
+	'pmwal.path changed: the bound ring cannot be read (not "gone")');
+like($log, qr/HINT:  .*pmwal_ctl dump/, 'pmwal.path changed: the hint names pmwal_ctl dump');
+unlike($log, qr/acknowledged WAL is gone/, 'pmwal.path changed: the bound ring is not called gone');
+ok(!-e "$ring.elsewhere", 'pmwal.path changed: no ring was created elsewhere');
+is(sha($ring), $ring_sha, 'pmwal.path changed: the bound ring is as it was');
+$node->append_conf('postgresql.conf', "pmwal.path = '$ring'\n");
+
 # the negative control: pg_wal alone lacks acknowledged commits
 my $noring = without_ring_query($node, 'SELECT count(*) FROM t');
 ok(defined $noring && $noring < $acked,
