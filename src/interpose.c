@@ -311,6 +311,23 @@ wrap_pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset)
 	return after_other_write(fd, pwritev(fd, iov, iovcnt, offset));
 }
 
+/*
+ * The checkpointer's sync of a file that is not WAL (a checkpoint's sync
+ * phase): then pmwal syncs pg_wal, after it, so that the pg_control write
+ * that follows finds little left to sync (wal_ring.c).
+ */
+static int
+checkpointer_sync(int fd, bool datasync)
+{
+	int			rc = datasync ? fdatasync(fd) : fsync(fd);
+	int			save_errno = errno;
+
+	if (rc == 0)
+		ring_on_checkpointer_sync();
+	errno = save_errno;
+	return rc;
+}
+
 static int
 wrap_fdatasync(int fd)
 {
@@ -319,7 +336,7 @@ wrap_fdatasync(int fd)
 	if (w != NULL && w->kind != FD_CONTROL)
 		return ring_on_wal_sync(fd, w, true);
 	if (w == NULL && MyBackendType == B_CHECKPOINTER)
-		ring_on_checkpointer_sync();
+		return checkpointer_sync(fd, true);
 	return fdatasync(fd);
 }
 
@@ -331,7 +348,7 @@ wrap_fsync(int fd)
 	if (w != NULL && w->kind != FD_CONTROL)
 		return ring_on_wal_sync(fd, w, false);
 	if (w == NULL && MyBackendType == B_CHECKPOINTER)
-		ring_on_checkpointer_sync();
+		return checkpointer_sync(fd, false);
 	return fsync(fd);
 }
 

@@ -531,13 +531,13 @@ ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
 }
 
 /*
- * The checkpointer syncs a file that is not WAL: its sync phase, just
+ * The checkpointer synced a file that is not WAL: its sync phase, just
  * before it writes pg_control.  That write syncs pg_wal for real
  * (ring_on_control_write), and PostgreSQL makes it under ControlFileLock,
  * for which a WAL writer installing a new segment waits while it holds
- * WALWriteLock -- so every commit waits for that sync.  Syncing pg_wal here
- * first, while the checkpointer holds neither lock, leaves the sync under
- * the lock only the WAL written since (and less than
+ * WALWriteLock -- so every commit waits for that sync.  Syncing pg_wal
+ * after each such file, while the checkpointer holds neither lock, leaves
+ * the sync under the lock only the WAL written since the last (and less than
  * CHECKPOINTER_PRESYNC_MIN is not worth a sync of its own).  Nothing
  * changes for durability: this is the same real sync, earlier.
  */
