@@ -432,6 +432,9 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 		if (rc > 0)
 			note_written(start + rc);
 		pmwal_count(CTR_PASS_WRITES, 1);
+		/* a short write: PostgreSQL writes the rest next (or PANICs) */
+		if (rc > 0 && (size_t) rc < len)
+			PMWAL_PAUSE_POINT("write_short");
 		return rc;
 	}
 
@@ -465,6 +468,8 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 	RING_UNLOCK();
 	pmwal_count(CTR_RING_WRITES, 1);
 	pmwal_count(CTR_BYTES_COPIED, rc);
+	if ((size_t) rc < len)
+		PMWAL_PAUSE_POINT("write_short");
 	return rc;
 }
 
