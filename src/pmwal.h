@@ -135,8 +135,11 @@ typedef enum PmwalCounter
  *
  *	anchored		every WAL write since the ring was anchored was copied
  *					into it: a WAL sync may be answered from the ring
- *	copied_end		end of what was copied (and drained) into the ring
- *	written_end		end of what was written into pg_wal's segment files
+ *	copied_end		end of what was copied (and drained) into the ring: what
+ *					a sync answered from the ring claims; a page boundary
+ *	written_end		end of what was written into pg_wal's segment files:
+ *					what real syncs cover; behind copied_end after a short
+ *					write, until PostgreSQL has written the rest
  *	durable_lsn		everything written before it is synced in pg_wal by a
  *					real sync of pmwal's, directory entries included; 0
  *					until the first WAL write after recovery (everything

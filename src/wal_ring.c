@@ -53,7 +53,16 @@
  * Every positional change of the ring is made so that each intermediate
  * state claims only bytes the ring holds, or nothing (I6): head only grows
  * over copied bytes; tail grows up to head, or head and tail are moved
- * together through an empty state.
+ * together through an empty state.  And every position stored is one a
+ * restore accepts (ring_positions_valid, ring_format.h: WAL page
+ * boundaries): what the ring may claim is what it copied, whole pages --
+ * PostgreSQL writes whole pages -- not how much of it the file write took.
+ * A write the file system takes only in part (ENOSPC, EDQUOT or EFBIG
+ * midway) leaves the ring holding, persisted, the whole range it copied
+ * before the write; PostgreSQL then writes the rest (or PANICs), and a
+ * sync answered meanwhile claims that range.  The rest begins inside a
+ * page: the ring takes it only if it holds that page's beginning -- it is
+ * never anchored there.
  *
  * IDENTIFICATION
  *		wal_ring.c
@@ -112,6 +121,24 @@ persist_word(volatile uint64 *word, uint64 value)
 				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
 }
 
+/*
+ * Store the ring's tail or head.  The write side never computes a position
+ * the restore would refuse; this is the last check that it did not: a
+ * PANIC leaves the ring as it was, which the next start restores.
+ */
+static void
+persist_position(volatile uint64 *word, XLogRecPtr lsn)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	XLogRecPtr	tail = word == &hdr->tail.v ? lsn : hdr->tail.v;
+	XLogRecPtr	head = word == &hdr->head.v ? lsn : hdr->head.v;
+
+	if (!ring_positions_valid(tail, head, pmwal_ring->capacity))
+		elog(PANIC, "pmwal: ring positions %X/%X to %X/%X are not whole WAL pages within the ring's capacity",
+			 LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head));
+	persist_word(word, lsn);
+}
+
 /* Claim everything copied up to "end" (copied and drained already). */
 static void
 publish(XLogRecPtr end)
@@ -119,7 +146,7 @@ publish(XLogRecPtr end)
 	RingHeader *hdr = pmwal_ring->hdr;
 
 	if (end > hdr->head.v)
-		persist_word(&hdr->head.v, end);
+		persist_position(&hdr->head.v, end);
 }
 
 /*
@@ -133,13 +160,13 @@ move_empty(XLogRecPtr at)
 
 	if (at < hdr->head.v || PMWAL_MUTANT == MUTANT_TAIL_ORDER)
 	{
-		persist_word(&hdr->head.v, at);
-		persist_word(&hdr->tail.v, at);
+		persist_position(&hdr->head.v, at);
+		persist_position(&hdr->tail.v, at);
 	}
 	else
 	{
-		persist_word(&hdr->tail.v, at);
-		persist_word(&hdr->head.v, at);
+		persist_position(&hdr->tail.v, at);
+		persist_position(&hdr->head.v, at);
 	}
 }
 
@@ -153,8 +180,8 @@ free_to(XLogRecPtr to)
 		return;
 	/* head may lag what was copied; everything up to "to" was */
 	if (to > hdr->head.v)
-		persist_word(&hdr->head.v, to);
-	persist_word(&hdr->tail.v, to);
+		persist_position(&hdr->head.v, to);
+	persist_position(&hdr->tail.v, to);
 }
 
 /* Give up all the ring's WAL (synced in pg_wal). */
@@ -164,7 +191,7 @@ empty_ring(void)
 	RingHeader *hdr = pmwal_ring->hdr;
 
 	if (hdr->tail.v < hdr->head.v)
-		persist_word(&hdr->tail.v, hdr->head.v);
+		persist_position(&hdr->tail.v, hdr->head.v);
 }
 
 /* ---------------------------------------------------------------------
@@ -279,9 +306,9 @@ note_written(XLogRecPtr end)
 	pg_atomic_fetch_add_u64(&pmwal_shared->writes_done, 1);
 }
 
-/* Is this write one the ring may take?  Sets *why if not. */
+/* Is this write [start, start + len) one the ring may take?  Sets *why if not. */
 static bool
-copy_allowed(const WalFd *w, size_t len, const char **why)
+copy_allowed(const WalFd *w, XLogRecPtr start, size_t len, const char **why)
 {
 	if (w->kind != FD_WAL)
 		*why = "a WAL file is opened with O_SYNC, O_DSYNC or O_DIRECT (wal_sync_method open_datasync or open_sync)";
@@ -289,6 +316,8 @@ copy_allowed(const WalFd *w, size_t len, const char **why)
 		*why = "pmwal.enabled is off";
 	else if (len > pmwal_ring->capacity - XLOG_BLCKSZ)
 		*why = "a single WAL write was larger than the ring";
+	else if (!RING_POSITION_VALID(start + len))
+		*why = "a WAL write did not end at a WAL page boundary";	/* XLogWrite's do */
 	else
 		return true;
 	return false;
@@ -337,15 +366,29 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 		if (anchored() &&
 			(start > pmwal_shared->copied_end ||
 			 (written > 0 && start < RING_PAGE(written - 1)) ||
-			 (start < hdr->tail.v && ring_holds_wal(hdr))))
+			 (start < hdr->tail.v && ring_holds_wal(hdr)) ||
+			 (!RING_POSITION_VALID(start) && start < hdr->tail.v)))
 		{
 			/*
 			 * XLogWrite writes on from the page it wrote last: a write
-			 * after a gap, or back before that page, is never expected.
+			 * after a gap, or back before that page, is never expected;
+			 * nor the rest of a short write into a page whose beginning
+			 * the ring does not hold.
 			 */
 			RING_UNLOCK();
 			retire("a WAL write did not follow the previous one");
 			continue;
+		}
+		if (!anchored() && !RING_POSITION_VALID(start))
+		{
+			/*
+			 * The rest of a short write that went to pg_wal only: the ring
+			 * lacks the beginning of its page, so it is not anchored here.
+			 * It is written through (PostgreSQL's sync of it is real); the
+			 * next write begins on a page and anchors the ring.
+			 */
+			RING_UNLOCK();
+			return false;
 		}
 		if (!anchored())
 		{
@@ -420,7 +463,7 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 	XLogSegNoOffsetToRecPtr(w->segno, offset, wal_segment_size, start);
 	follow_timeline(w->tli, start);
 
-	if (!copy_allowed(w, len, &why) || !reserve(w, start, start + len))
+	if (!copy_allowed(w, start, len, &why) || !reserve(w, start, start + len))
 	{
 		if (why != NULL)
 		{
@@ -457,8 +500,14 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 	if (rc <= 0)
 		return rc;				/* PostgreSQL retries, or PANICs */
 
+	/*
+	 * The ring holds all of [start, start + len), persisted: that is what
+	 * it may claim, whole pages, even if the file took less (a short write:
+	 * PostgreSQL writes the rest next, or PANICs).  pg_wal has what the
+	 * write took (written_end), and only that is synced for real.
+	 */
 	RING_LOCK();
-	pmwal_shared->copied_end = Max(pmwal_shared->copied_end, start + rc);
+	pmwal_shared->copied_end = Max(pmwal_shared->copied_end, start + len);
 	note_written(start + rc);
 	/* without fsync, PostgreSQL never syncs: a write is its durability point */
 	if (!enableFsync)
