@@ -306,12 +306,58 @@ note_written(XLogRecPtr end)
 	pg_atomic_fetch_add_u64(&pmwal_shared->writes_done, 1);
 }
 
+/*
+ * A write went to pg_wal only because of how its WAL file was opened
+ * (FD_WAL_PASS): remember why, for pmwal_status, and say so in the log when
+ * that changes -- pmwal may never have been anchored, so that no retirement
+ * says it.
+ */
+static void
+note_pass_cause(WalPassCause cause)
+{
+	if (pg_atomic_read_u32(&pmwal_shared->pass_cause) == (uint32) cause ||
+		pg_atomic_exchange_u32(&pmwal_shared->pass_cause, cause) == (uint32) cause)
+		return;
+	if (cause == PASS_OPEN_DIRECT)
+		ereport(LOG,
+				(errmsg("pmwal leaves WAL written with O_DIRECT to the file system"),
+				 errdetail("PostgreSQL opens WAL segment files with O_DIRECT because debug_io_direct includes \"wal\".  pmwal does not copy such writes into its ring, so PostgreSQL's own WAL syncs are real and commits are not accelerated."),
+				 errhint("Remove \"wal\" from debug_io_direct to make commits durable through the ring.")));
+	else
+		ereport(LOG,
+				(errmsg("pmwal leaves WAL written with O_SYNC or O_DSYNC to the file system"),
+				 errdetail("wal_sync_method is open_sync or open_datasync: each WAL write is durable when it returns, and PostgreSQL does not sync WAL files.  pmwal does not copy such writes into its ring, so commits are not accelerated."),
+				 errhint("Set wal_sync_method to fdatasync to make commits durable through the ring.")));
+}
+
+/*
+ * pmwal_status: why the last WAL write went to pg_wal only, if that was
+ * because of how its file was opened -- which every write through such a
+ * file meets again -- or NULL.
+ */
+const char *
+ring_pass_reason(void)
+{
+	switch ((WalPassCause) pg_atomic_read_u32(&pmwal_shared->pass_cause))
+	{
+		case PASS_OPEN_DIRECT:
+			return "WAL files are opened with O_DIRECT (debug_io_direct includes wal): PostgreSQL's WAL writes and syncs go to the file system";
+		case PASS_OPEN_SYNC:
+			return "WAL files are opened with O_SYNC or O_DSYNC: PostgreSQL's WAL writes go to the file system";
+		case PASS_NONE:
+			break;
+	}
+	return NULL;
+}
+
 /* Is this write [start, start + len) one the ring may take?  Sets *why if not. */
 static bool
 copy_allowed(const WalFd *w, XLogRecPtr start, size_t len, const char **why)
 {
 	if (w->kind != FD_WAL)
-		*why = "a WAL file is opened with O_SYNC, O_DSYNC or O_DIRECT (wal_sync_method open_datasync or open_sync)";
+		*why = w->pass_cause == PASS_OPEN_DIRECT ?
+			"a WAL file is opened with O_DIRECT (debug_io_direct includes wal)" :
+			"a WAL file is opened with O_SYNC or O_DSYNC (wal_sync_method open_datasync or open_sync)";
 	else if (pg_atomic_read_u32(&pmwal_shared->enabled) == 0)
 		*why = "pmwal.enabled is off";
 	else if (len > pmwal_ring->capacity - XLOG_BLCKSZ)
@@ -471,6 +517,8 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 				pmwal_count(CTR_LARGE, 1);
 			retire(why);
 		}
+		if (w->kind == FD_WAL_PASS)
+			note_pass_cause((WalPassCause) w->pass_cause);
 		rc = pwrite(fd, buf, len, offset);
 		if (rc > 0)
 			note_written(start + rc);
@@ -509,6 +557,8 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 	RING_LOCK();
 	pmwal_shared->copied_end = Max(pmwal_shared->copied_end, start + len);
 	note_written(start + rc);
+	if (pg_atomic_read_u32(&pmwal_shared->pass_cause) != PASS_NONE)
+		pg_atomic_write_u32(&pmwal_shared->pass_cause, PASS_NONE);
 	/* without fsync, PostgreSQL never syncs: a write is its durability point */
 	if (!enableFsync)
 		publish(pmwal_shared->copied_end);
