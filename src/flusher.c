@@ -44,7 +44,10 @@
 /*
  * Register the flusher; false if the postmaster has no background worker
  * slot left for it (RegisterBackgroundWorker then only logs "too many
- * background workers"): the flusher must be in the postmaster's list.
+ * background workers"): the flusher must be in the postmaster's list.  A
+ * standalone backend (postgres --single, as pg_rewind runs it) starts no
+ * background workers at all, and pmwal works there without its flusher,
+ * as it always did: a writer that finds the ring full frees it.
  */
 bool
 pmwal_flusher_register(void)
@@ -61,6 +64,8 @@ pmwal_flusher_register(void)
 	strcpy(worker.bgw_name, "pmwal flusher");
 	strcpy(worker.bgw_type, "pmwal flusher");
 	RegisterBackgroundWorker(&worker);
+	if (!IsPostmasterEnvironment)
+		return true;
 
 	pmwal_bgworker_foreach(it)
 	{
