@@ -25,10 +25,10 @@
 #	            PostgreSQL PANICs (restart_after_crash off), and the power
 #	            is cut after the PANIC.
 #	checkpoint  fsync = on; the checkpointer, held by gdb in durable_rename
-#	            of a WAL segment it recycles (after its pg_control write;
-#	            wal_keep_size lowered to let it), is let go while the
-#	            backend is held: its fsync of the segment is answered from
-#	            the ring and publishes the head.  Then the power is cut.
+#	            of a WAL segment it recycles (after its pg_control write),
+#	            is let go while the backend is held: its fsync of the
+#	            segment is answered from the ring and publishes the head.
+#	            Then the power is cut.
 #	anchor      the ring is unanchored (pmwal.enabled off) when the short
 #	            write passes through; pmwal.enabled is turned on while the
 #	            backend is held and its file size limit raised: the rest
@@ -65,7 +65,8 @@ my $BIG_INSERT = "INSERT INTO t SELECT g FROM generate_series(1001, 1300) g; SEL
 # its next WAL write covers, far above every other file it writes (its
 # relations, the server log, the power-cut log).  The position is reached
 # before a clean restart, which starts the power-cut log anew; the
-# segments before it are kept (wal_keep_size) for a checkpoint to recycle.
+# segments before it are kept (wal_keep_size, until that restart) for the
+# next checkpoint to recycle.
 # The WAL writer, the flusher and the background writer (which may flush
 # WAL before it writes a page) are stopped, unless "keep" names them.
 sub short_write_node
@@ -76,6 +77,8 @@ sub short_write_node
 	my $seg = $x - $x % $SEG + $SEG;
 	advance_to($node, $seg + 12 * 1024 * 1024, $seg + 12 * 1024 * 1024 + 512 * 1024);
 	acked_insert($node, 0);
+	# from the restart on, nothing keeps the old segments
+	$node->safe_psql('postgres', 'ALTER SYSTEM SET wal_keep_size = 0');
 	$node->stop;
 	powercut_cut($node);
 	powercut_start($node);
@@ -187,11 +190,6 @@ sub check_after_cut
 {
 	my $tag = 'checkpoint';
 	my $node = short_write_node($tag);
-	# let the next checkpoint recycle the segments before its redo point
-	$node->safe_psql('postgres', 'ALTER SYSTEM SET wal_keep_size = 0; SELECT pg_reload_conf()');
-	$node->poll_query_until('postgres', q{SELECT setting = '0' FROM pg_settings WHERE name = 'wal_keep_size'})
-	  or die "$tag: wal_keep_size was not reloaded";
-	Time::HiRes::sleep(0.5);    # the checkpointer's reload
 	my $ckpt = $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer'");
 	my $g = gdb_break($ckpt,
