@@ -658,7 +658,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal ring \"%s\" holds WAL, but the cluster was shut down cleanly since; nothing was restored", path),
-				 errdetail("The ring holds WAL from %X/%X to %X/%X, and pg_control says the cluster shut down cleanly at %X/%X.  A clean shutdown with pmwal leaves the ring empty: the cluster ran without this ring after it was written (pmwal.path changed, or pmwal not loaded), and its WAL is not this cluster's history any more.",
+				 errdetail("The ring holds WAL from %X/%X to %X/%X, and pg_control says the cluster shut down cleanly at %X/%X.  A clean shutdown with pmwal leaves the ring empty: since the ring was written, the cluster ran without it (pmwal.path changed, or pmwal not loaded), or pg_resetwal reset its WAL; the ring's WAL is not this cluster's history any more.",
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   LSN_FORMAT_ARGS(control->checkPoint)),
 				 errhint("\"pmwal_ctl dump\" saves the ring's WAL; \"pmwal_ctl reset --discard-wal\" empties it.")));

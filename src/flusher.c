@@ -15,7 +15,9 @@
  * The flusher is not needed for correctness: a writer that finds the ring
  * full syncs pg_wal itself.  If it dies, the postmaster starts it again a
  * second later.  It also carries pmwal.enabled, a reloadable setting, to
- * every process (pmwal_shared->enabled).
+ * every process (pmwal_shared->enabled): without a flusher, pmwal cannot
+ * work as documented, and if the postmaster has no background worker slot
+ * for it (max_worker_processes), pmwal stands aside (pmwal.c).
  *
  * IDENTIFICATION
  *		flusher.c
@@ -37,11 +39,21 @@
 #include "utils/timestamp.h"
 
 #include "pmwal.h"
+#include "pmwal_compat.h"
 
-void
+/*
+ * Register the flusher; false if the postmaster has no background worker
+ * slot left for it (RegisterBackgroundWorker then only logs "too many
+ * background workers"): the flusher must be in the postmaster's list.  A
+ * standalone backend (postgres --single, as pg_rewind runs it) starts no
+ * background workers at all, and pmwal works there without its flusher,
+ * as it always did: a writer that finds the ring full frees it.
+ */
+bool
 pmwal_flusher_register(void)
 {
 	BackgroundWorker worker;
+	pmwal_bgworker_iter it;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
@@ -52,6 +64,18 @@ pmwal_flusher_register(void)
 	strcpy(worker.bgw_name, "pmwal flusher");
 	strcpy(worker.bgw_type, "pmwal flusher");
 	RegisterBackgroundWorker(&worker);
+	if (!IsPostmasterEnvironment)
+		return true;
+
+	pmwal_bgworker_foreach(it)
+	{
+		RegisteredBgWorker *rw = pmwal_bgworker_of(it);
+
+		if (strcmp(rw->rw_worker.bgw_library_name, "pmwal") == 0 &&
+			strcmp(rw->rw_worker.bgw_function_name, "pmwal_flusher_main") == 0)
+			return true;
+	}
+	return false;
 }
 
 /* A writer found the ring filling up. */

@@ -110,7 +110,7 @@ static void
 classify(int fd, const char *path, int flags)
 {
 	const char *name;
-	WalFd		w = {FD_OTHER, 0, 0};
+	WalFd		w = {FD_OTHER, PASS_NONE, 0, 0};
 
 	if (fd < 0)
 		return;
@@ -119,7 +119,11 @@ classify(int fd, const char *path, int flags)
 	if (IsXLogFileName(name) && name - path >= 7 &&
 		strncmp(name - 7, XLOGDIR "/", 7) == 0 && own_file(path, name - 7))
 	{
-		w.kind = (flags & (O_SYNC | O_DSYNC | O_DIRECT)) ? FD_WAL_PASS : FD_WAL;
+		if (flags & (O_SYNC | O_DSYNC))
+			w.pass_cause = PASS_OPEN_SYNC;
+		else if (flags & O_DIRECT)
+			w.pass_cause = PASS_OPEN_DIRECT;
+		w.kind = w.pass_cause != PASS_NONE ? FD_WAL_PASS : FD_WAL;
 		XLogFromFileName(name, &w.tli, &w.segno, wal_segment_size);
 	}
 	else if (path_ends_with(path, XLOG_CONTROL_FILE) &&

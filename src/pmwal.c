@@ -28,6 +28,7 @@
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "pmwal.h"
 #include "pmwal_compat.h"
@@ -58,8 +59,21 @@ static const char *const pmwal_setting_names[] = {
 #endif
 };
 
-/* Why the WAL calls could not be interposed (NULL: they are). */
-static char *interpose_failure = NULL;
+/*
+ * Why pmwal stands aside for this server's life -- it restores the ring,
+ * but answers no WAL sync from it -- and what to do about it (NULL: it does
+ * not).  Decided in _PG_init, in the postmaster; kept in TopMemoryContext,
+ * which every server process inherits (a backend drops PostmasterContext).
+ */
+static char *stand_aside_reason = NULL;
+static char *stand_aside_hint = NULL;
+
+static void
+stand_aside(const char *reason, const char *hint)
+{
+	stand_aside_reason = MemoryContextStrdup(TopMemoryContext, reason);
+	stand_aside_hint = MemoryContextStrdup(TopMemoryContext, hint);
+}
 
 /* pmwal runs only from shared_preload_libraries. */
 static void
@@ -163,14 +177,24 @@ _PG_init(void)
 	MarkGUCPrefixReserved("pmwal");
 	refuse_invalid_settings(raw);
 
+	/*
+	 * pmwal works as documented only with its flusher -- it carries
+	 * pmwal.enabled to every process -- and in front of the server's WAL
+	 * calls.  Without either it stands aside: nothing acknowledged depends
+	 * on the ring then, and the ring is still restored at every start.
+	 */
 	if (pmwal_path[0] != '\0')
 	{
 		char	   *why;
 
-		if (!pmwal_interpose_install(&why))
-			interpose_failure = pstrdup(why);
 		pmwal_watch_panics();
-		pmwal_flusher_register();
+		if (!pmwal_flusher_register())
+			stand_aside(psprintf("no background worker slot is left for the pmwal flusher (max_worker_processes = %d)",
+								 max_worker_processes),
+						"Raise max_worker_processes, counting the background workers of every library in shared_preload_libraries, and restart the server.");
+		else if (!pmwal_interpose_install(&why))
+			stand_aside(psprintf("the server's WAL calls are not interposed: %s", why),
+						"pmwal needs a server binary linked dynamically against the C library, on x86-64 or aarch64.");
 	}
 
 	prev_shmem_request_hook = shmem_request_hook;
@@ -220,11 +244,12 @@ pmwal_shmem_startup_hook(void)
 		else
 		{
 			pmwal_ring_attach(control);
-			if (interpose_failure != NULL)
+			if (stand_aside_reason != NULL)
 				ereport(WARNING,
-						(errmsg("pmwal cannot serve WAL syncs from its ring: %s", interpose_failure),
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("pmwal cannot serve WAL syncs from its ring: %s", stand_aside_reason),
 						 errdetail("WAL is synced to pg_wal as without pmwal; the ring is only restored."),
-						 errhint("pmwal needs a server binary linked dynamically against the C library, on x86-64 or aarch64.")));
+						 errhint("%s", stand_aside_hint)));
 		}
 	}
 	if (pmwal_ring != NULL)
@@ -244,16 +269,21 @@ pmwal_shmem_startup_hook(void)
 /*
  * Why WAL syncs are not answered from the ring right now, or NULL if they
  * are (or will be, from the next WAL write on: a ring retired for a write
- * it could not take is anchored again at the next one).
+ * it could not take is anchored again at the next one).  What the last WAL
+ * write met decides too (ring_pass_reason): a setting is not the only
+ * thing that makes pmwal leave WAL to the file system.
  */
 const char *
 pmwal_not_accelerated_reason(void)
 {
+	const char *pass;
+
 	if (pmwal_ring == NULL)
 		return "pmwal.path is not set";
+	if (stand_aside_reason != NULL)
+		return stand_aside_reason;
 	if (!pmwal_interposed())
-		return psprintf("the server's WAL calls are not interposed: %s",
-						interpose_failure ? interpose_failure : "unknown");
+		return "the server's WAL calls are not interposed";
 	if (RecoveryInProgress())
 		return "the server is in recovery: PostgreSQL syncs the WAL it receives or writes itself";
 	if (pg_atomic_read_u32(&pmwal_shared->enabled) == 0)
@@ -261,6 +291,8 @@ pmwal_not_accelerated_reason(void)
 	if (pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN ||
 		pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN_DSYNC)
 		return "wal_sync_method is open_sync or open_datasync: PostgreSQL writes WAL with O_SYNC or O_DSYNC and never syncs it";
+	if ((pass = ring_pass_reason()) != NULL)
+		return pass;
 	return NULL;
 }
 

@@ -140,8 +140,11 @@ typedef enum PmwalCounter
  *
  *	anchored		every WAL write since the ring was anchored was copied
  *					into it: a WAL sync may be answered from the ring
- *	copied_end		end of what was copied (and drained) into the ring
- *	written_end		end of what was written into pg_wal's segment files
+ *	copied_end		end of what was copied (and drained) into the ring: what
+ *					a sync answered from the ring claims; a page boundary
+ *	written_end		end of what was written into pg_wal's segment files:
+ *					what real syncs cover; behind copied_end after a short
+ *					write, until PostgreSQL has written the rest
  *	durable_lsn		everything written before it is synced in pg_wal by a
  *					real sync of pmwal's, directory entries included; 0
  *					until the first WAL write after recovery (everything
@@ -164,6 +167,8 @@ typedef struct PmwalShared
 	pg_atomic_uint64 durable_lsn;
 	pg_atomic_uint64 written_end;
 	pg_atomic_uint64 writes_done;	/* WAL writes that returned */
+	pg_atomic_uint32 pass_cause;	/* WalPassCause of the last WAL write:
+									 * PASS_NONE once one went into the ring */
 
 	/* under ring_lock */
 	XLogRecPtr	copied_end pg_attribute_aligned(PG_CACHE_LINE_SIZE);
@@ -204,9 +209,22 @@ typedef enum WalFdKind
 	FD_CONTROL					/* global/pg_control */
 } WalFdKind;
 
+/*
+ * Why writes through a WAL descriptor go to pg_wal only, whatever the ring
+ * could take: how the file was opened.  The last such write is remembered
+ * (pmwal_shared->pass_cause) for pmwal_status.
+ */
+typedef enum WalPassCause
+{
+	PASS_NONE = 0,
+	PASS_OPEN_SYNC,				/* O_SYNC or O_DSYNC: wal_sync_method open_* */
+	PASS_OPEN_DIRECT			/* O_DIRECT only: debug_io_direct = 'wal' */
+} WalPassCause;
+
 typedef struct WalFd
 {
 	uint8		kind;			/* WalFdKind */
+	uint8		pass_cause;		/* WalPassCause, for FD_WAL_PASS */
 	TimeLineID	tli;
 	XLogSegNo	segno;
 } WalFd;
@@ -225,6 +243,7 @@ extern void ring_on_control_write(const void *buf, size_t len);
 extern void ring_on_checkpointer_sync(void);
 extern void ring_make_durable(void);
 extern void ring_free_up_to(XLogRecPtr durable);
+extern const char *ring_pass_reason(void);
 
 /* wal_sync.c */
 extern void pmwal_sync_range(XLogRecPtr upto);
@@ -281,7 +300,7 @@ extern void pmwal_pause_point_slow(const char *point);
 #endif
 
 /* flusher.c */
-extern void pmwal_flusher_register(void);
+extern bool pmwal_flusher_register(void);
 extern void pmwal_wake_flusher(void);
 PGDLLEXPORT void pmwal_flusher_main(Datum main_arg);
 

@@ -65,6 +65,23 @@
 #define pmwal_new_wait_event(name)	PG_WAIT_EXTENSION
 #endif
 
+
+/*
+ * The postmaster's list of registered background workers (read once, in
+ * _PG_init, to see whether the flusher got a slot): an slist until 17, a
+ * dlist from 18 on.
+ */
+#include "postmaster/bgworker_internals.h"
+#if PG_VERSION_NUM >= 180000
+#define pmwal_bgworker_iter			dlist_iter
+#define pmwal_bgworker_foreach(it)	dlist_foreach(it, &BackgroundWorkerList)
+#define pmwal_bgworker_of(it)		dlist_container(RegisteredBgWorker, rw_lnode, (it).cur)
+#else
+#define pmwal_bgworker_iter			slist_iter
+#define pmwal_bgworker_foreach(it)	slist_foreach(it, &BackgroundWorkerList)
+#define pmwal_bgworker_of(it)		slist_container(RegisteredBgWorker, rw_lnode, (it).cur)
+#endif
+
 #endif							/* !FRONTEND */
 
 #endif							/* PMWAL_COMPAT_H */

@@ -244,8 +244,7 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 		return RING_BAD_RANGE;
 	}
 	if (ring_holds_wal(hdr) &&
-		(hdr->head.v - hdr->tail.v > st->capacity ||
-		 hdr->tail.v % XLOG_BLCKSZ != 0 || hdr->head.v % XLOG_BLCKSZ != 0 ||
+		(!ring_positions_valid(hdr->tail.v, hdr->head.v, st->capacity) ||
 		 hdr->timeline.v == 0 || hdr->timeline.v > PG_UINT32_MAX))
 	{
 		snprintf(detail, detail_len, "The ring claims WAL of timeline %llu from %X/%X to %X/%X in %llu bytes of capacity.",
@@ -255,6 +254,18 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 		return RING_BAD_RANGE;
 	}
 	return RING_OK;
+}
+
+/*
+ * May the ring claim WAL [tail, head)?  The rule of ring_format.h: both
+ * page boundaries, and (unless the range is empty) no more WAL than the
+ * data area holds.
+ */
+bool
+ring_positions_valid(XLogRecPtr tail, XLogRecPtr head, uint64 capacity)
+{
+	return RING_POSITION_VALID(tail) && RING_POSITION_VALID(head) &&
+		(head <= tail || head - tail <= capacity);
 }
 
 /* Does the ring hold WAL that a restore would have to write back? */

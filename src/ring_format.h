@@ -145,6 +145,16 @@ typedef enum RingCheck
 /* Start of the WAL page holding "lsn". */
 #define RING_PAGE(lsn)				((lsn) - (lsn) % XLOG_BLCKSZ)
 
+/*
+ * The one rule for the ring's positions, applied where the server stores
+ * them (wal_ring.c) and wherever they are read back (ring_check_header:
+ * the server's start, pmwal_ctl): tail and head are WAL page boundaries,
+ * and the WAL between them fits the data area.  The restore writes whole
+ * pages from the tail to the head; a position inside a page is one it
+ * cannot start from or stop at, and a ring claiming one is refused.
+ */
+#define RING_POSITION_VALID(lsn)	((lsn) % XLOG_BLCKSZ == 0)
+
 extern pg_crc32c ring_static_crc(const RingStatic *st);
 extern pg_crc32c ring_owner_crc(const RingOwner *owner);
 extern void ring_fill_static(RingStatic *st, uint64 sysid, uint32 wal_segment_size,
@@ -153,6 +163,7 @@ extern RingCheck ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 								   const RingExpect *expect,
 								   char *detail, size_t detail_len);
 extern bool ring_holds_wal(const RingHeader *hdr);
+extern bool ring_positions_valid(XLogRecPtr tail, XLogRecPtr head, uint64 capacity);
 extern bool ring_all_zero(const char *p, size_t len);
 extern const char *ring_state_name(uint64 state);
 extern void ring_id_text(const uint8 *ring_id, char *buf);	/* 33 bytes */

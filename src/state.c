@@ -81,6 +81,7 @@ pmwal_shmem_init(void)
 		pg_atomic_init_u64(&pmwal_shared->durable_lsn, 0);
 		pg_atomic_init_u64(&pmwal_shared->written_end, 0);
 		pg_atomic_init_u64(&pmwal_shared->writes_done, 0);
+		pg_atomic_init_u32(&pmwal_shared->pass_cause, PASS_NONE);
 		pg_atomic_init_u32(&pmwal_shared->panicked, 0);
 		pmwal_shared->wait_event_flusher = pmwal_new_wait_event("PmwalFlusherMain");
 	}

@@ -53,7 +53,16 @@
  * Every positional change of the ring is made so that each intermediate
  * state claims only bytes the ring holds, or nothing (I6): head only grows
  * over copied bytes; tail grows up to head, or head and tail are moved
- * together through an empty state.
+ * together through an empty state.  And every position stored is one a
+ * restore accepts (ring_positions_valid, ring_format.h: WAL page
+ * boundaries): what the ring may claim is what it copied, whole pages --
+ * PostgreSQL writes whole pages -- not how much of it the file write took.
+ * A write the file system takes only in part (ENOSPC, EDQUOT or EFBIG
+ * midway) leaves the ring holding, persisted, the whole range it copied
+ * before the write; PostgreSQL then writes the rest (or PANICs), and a
+ * sync answered meanwhile claims that range.  The rest begins inside a
+ * page: the ring takes it only if it holds that page's beginning -- it is
+ * never anchored there.
  *
  * IDENTIFICATION
  *		wal_ring.c
@@ -112,6 +121,26 @@ persist_word(volatile uint64 *word, uint64 value)
 				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
 }
 
+/*
+ * Store the ring's tail or head.  The write side never computes a position
+ * the restore would refuse; this is the last check that it did not: a
+ * PANIC leaves the ring as it was, which the next start restores.  Not in
+ * a store-order mutant (tools/powercut/mutants), which must reach the
+ * claims the ring cut is there to catch.
+ */
+static void
+persist_position(volatile uint64 *word, XLogRecPtr lsn)
+{
+	RingHeader *hdr = pmwal_ring->hdr;
+	XLogRecPtr	tail = word == &hdr->tail.v ? lsn : hdr->tail.v;
+	XLogRecPtr	head = word == &hdr->head.v ? lsn : hdr->head.v;
+
+	if (PMWAL_MUTANT == 0 && !ring_positions_valid(tail, head, pmwal_ring->capacity))
+		elog(PANIC, "pmwal: ring positions %X/%X to %X/%X are not whole WAL pages within the ring's capacity",
+			 LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head));
+	persist_word(word, lsn);
+}
+
 /* Claim everything copied up to "end" (copied and drained already). */
 static void
 publish(XLogRecPtr end)
@@ -119,7 +148,7 @@ publish(XLogRecPtr end)
 	RingHeader *hdr = pmwal_ring->hdr;
 
 	if (end > hdr->head.v)
-		persist_word(&hdr->head.v, end);
+		persist_position(&hdr->head.v, end);
 }
 
 /*
@@ -133,13 +162,13 @@ move_empty(XLogRecPtr at)
 
 	if (at < hdr->head.v || PMWAL_MUTANT == MUTANT_TAIL_ORDER)
 	{
-		persist_word(&hdr->head.v, at);
-		persist_word(&hdr->tail.v, at);
+		persist_position(&hdr->head.v, at);
+		persist_position(&hdr->tail.v, at);
 	}
 	else
 	{
-		persist_word(&hdr->tail.v, at);
-		persist_word(&hdr->head.v, at);
+		persist_position(&hdr->tail.v, at);
+		persist_position(&hdr->head.v, at);
 	}
 }
 
@@ -153,8 +182,8 @@ free_to(XLogRecPtr to)
 		return;
 	/* head may lag what was copied; everything up to "to" was */
 	if (to > hdr->head.v)
-		persist_word(&hdr->head.v, to);
-	persist_word(&hdr->tail.v, to);
+		persist_position(&hdr->head.v, to);
+	persist_position(&hdr->tail.v, to);
 }
 
 /* Give up all the ring's WAL (synced in pg_wal). */
@@ -164,7 +193,7 @@ empty_ring(void)
 	RingHeader *hdr = pmwal_ring->hdr;
 
 	if (hdr->tail.v < hdr->head.v)
-		persist_word(&hdr->tail.v, hdr->head.v);
+		persist_position(&hdr->tail.v, hdr->head.v);
 }
 
 /* ---------------------------------------------------------------------
@@ -279,16 +308,64 @@ note_written(XLogRecPtr end)
 	pg_atomic_fetch_add_u64(&pmwal_shared->writes_done, 1);
 }
 
-/* Is this write one the ring may take?  Sets *why if not. */
+/*
+ * A write went to pg_wal only because of how its WAL file was opened
+ * (FD_WAL_PASS): remember why, for pmwal_status, and say so in the log when
+ * that changes -- pmwal may never have been anchored, so that no retirement
+ * says it.
+ */
+static void
+note_pass_cause(WalPassCause cause)
+{
+	if (pg_atomic_read_u32(&pmwal_shared->pass_cause) == (uint32) cause ||
+		pg_atomic_exchange_u32(&pmwal_shared->pass_cause, cause) == (uint32) cause)
+		return;
+	if (cause == PASS_OPEN_DIRECT)
+		ereport(LOG,
+				(errmsg("pmwal leaves WAL written with O_DIRECT to the file system"),
+				 errdetail("PostgreSQL opens WAL segment files with O_DIRECT because debug_io_direct includes \"wal\".  pmwal does not copy such writes into its ring, so PostgreSQL's own WAL syncs are real and commits are not accelerated."),
+				 errhint("Remove \"wal\" from debug_io_direct to make commits durable through the ring.")));
+	else
+		ereport(LOG,
+				(errmsg("pmwal leaves WAL written with O_SYNC or O_DSYNC to the file system"),
+				 errdetail("wal_sync_method is open_sync or open_datasync: each WAL write is durable when it returns, and PostgreSQL does not sync WAL files.  pmwal does not copy such writes into its ring, so commits are not accelerated."),
+				 errhint("Set wal_sync_method to fdatasync to make commits durable through the ring.")));
+}
+
+/*
+ * pmwal_status: why the last WAL write went to pg_wal only, if that was
+ * because of how its file was opened -- which every write through such a
+ * file meets again -- or NULL.
+ */
+const char *
+ring_pass_reason(void)
+{
+	switch ((WalPassCause) pg_atomic_read_u32(&pmwal_shared->pass_cause))
+	{
+		case PASS_OPEN_DIRECT:
+			return "WAL files are opened with O_DIRECT (debug_io_direct includes wal): PostgreSQL's WAL writes and syncs go to the file system";
+		case PASS_OPEN_SYNC:
+			return "WAL files are opened with O_SYNC or O_DSYNC: PostgreSQL's WAL writes go to the file system";
+		case PASS_NONE:
+			break;
+	}
+	return NULL;
+}
+
+/* Is this write [start, start + len) one the ring may take?  Sets *why if not. */
 static bool
-copy_allowed(const WalFd *w, size_t len, const char **why)
+copy_allowed(const WalFd *w, XLogRecPtr start, size_t len, const char **why)
 {
 	if (w->kind != FD_WAL)
-		*why = "a WAL file is opened with O_SYNC, O_DSYNC or O_DIRECT (wal_sync_method open_datasync or open_sync)";
+		*why = w->pass_cause == PASS_OPEN_DIRECT ?
+			"a WAL file is opened with O_DIRECT (debug_io_direct includes wal)" :
+			"a WAL file is opened with O_SYNC or O_DSYNC (wal_sync_method open_datasync or open_sync)";
 	else if (pg_atomic_read_u32(&pmwal_shared->enabled) == 0)
 		*why = "pmwal.enabled is off";
 	else if (len > pmwal_ring->capacity - XLOG_BLCKSZ)
 		*why = "a single WAL write was larger than the ring";
+	else if (!RING_POSITION_VALID(start + len))
+		*why = "a WAL write did not end at a WAL page boundary";	/* XLogWrite's do */
 	else
 		return true;
 	return false;
@@ -337,15 +414,29 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 		if (anchored() &&
 			(start > pmwal_shared->copied_end ||
 			 (written > 0 && start < RING_PAGE(written - 1)) ||
-			 (start < hdr->tail.v && ring_holds_wal(hdr))))
+			 (start < hdr->tail.v && ring_holds_wal(hdr)) ||
+			 (!RING_POSITION_VALID(start) && start < hdr->tail.v)))
 		{
 			/*
 			 * XLogWrite writes on from the page it wrote last: a write
-			 * after a gap, or back before that page, is never expected.
+			 * after a gap, or back before that page, is never expected;
+			 * nor the rest of a short write into a page whose beginning
+			 * the ring does not hold.
 			 */
 			RING_UNLOCK();
 			retire("a WAL write did not follow the previous one");
 			continue;
+		}
+		if (!anchored() && !RING_POSITION_VALID(start))
+		{
+			/*
+			 * The rest of a short write that went to pg_wal only: the ring
+			 * lacks the beginning of its page, so it is not anchored here.
+			 * It is written through (PostgreSQL's sync of it is real); the
+			 * next write begins on a page and anchors the ring.
+			 */
+			RING_UNLOCK();
+			return false;
 		}
 		if (!anchored())
 		{
@@ -420,7 +511,7 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 	XLogSegNoOffsetToRecPtr(w->segno, offset, wal_segment_size, start);
 	follow_timeline(w->tli, start);
 
-	if (!copy_allowed(w, len, &why) || !reserve(w, start, start + len))
+	if (!copy_allowed(w, start, len, &why) || !reserve(w, start, start + len))
 	{
 		if (why != NULL)
 		{
@@ -428,10 +519,15 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 				pmwal_count(CTR_LARGE, 1);
 			retire(why);
 		}
+		if (w->kind == FD_WAL_PASS)
+			note_pass_cause((WalPassCause) w->pass_cause);
 		rc = pwrite(fd, buf, len, offset);
 		if (rc > 0)
 			note_written(start + rc);
 		pmwal_count(CTR_PASS_WRITES, 1);
+		/* a short write: PostgreSQL writes the rest next (or PANICs) */
+		if (rc > 0 && (size_t) rc < len)
+			PMWAL_PAUSE_POINT("write_short");
 		return rc;
 	}
 
@@ -454,9 +550,17 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 	if (rc <= 0)
 		return rc;				/* PostgreSQL retries, or PANICs */
 
+	/*
+	 * The ring holds all of [start, start + len), persisted: that is what
+	 * it may claim, whole pages, even if the file took less (a short write:
+	 * PostgreSQL writes the rest next, or PANICs).  pg_wal has what the
+	 * write took (written_end), and only that is synced for real.
+	 */
 	RING_LOCK();
-	pmwal_shared->copied_end = Max(pmwal_shared->copied_end, start + rc);
+	pmwal_shared->copied_end = Max(pmwal_shared->copied_end, start + len);
 	note_written(start + rc);
+	if (pg_atomic_read_u32(&pmwal_shared->pass_cause) != PASS_NONE)
+		pg_atomic_write_u32(&pmwal_shared->pass_cause, PASS_NONE);
 	/* without fsync, PostgreSQL never syncs: a write is its durability point */
 	if (!enableFsync)
 		publish(pmwal_shared->copied_end);
@@ -465,6 +569,8 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 	RING_UNLOCK();
 	pmwal_count(CTR_RING_WRITES, 1);
 	pmwal_count(CTR_BYTES_COPIED, rc);
+	if ((size_t) rc < len)
+		PMWAL_PAUSE_POINT("write_short");
 	return rc;
 }
 

@@ -309,6 +309,7 @@ for my $variant ('same_segment', 'later_segment')
 	like($log,
 		qr/FATAL:  pmwal ring "[^"]+" holds WAL, but the cluster was shut down cleanly since; nothing was restored/,
 		"$tag: FATAL says the cluster was shut down cleanly since the ring was written");
+	like($log, qr/DETAIL:  .*pg_resetwal/, "$tag: DETAIL names pg_resetwal among the causes");
 	unlike($log, $restored_re, "$tag: nothing was restored");
 	is(wal_fingerprint($node), $before, "$tag: pg_wal and the ring are unchanged");
 }
