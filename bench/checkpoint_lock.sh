@@ -44,24 +44,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-rm -rf "$data" "$ring"
-initdb -D "$data" -A trust >/dev/null
-cat >> "$data/postgresql.conf" <<CONF
-port = $port
-unix_socket_directories = '$out'
-listen_addresses = ''
-shared_preload_libraries = 'pmwal'
-pmwal.path = '$ring'
-pmwal.size = 64MB
-pmwal.enabled = $enabled
+. "$(cd "$(dirname "$0")" && pwd)/server.sh"
+bench_server_start "$data" "$out" "$port" "$ring" "$out/server.log" "pmwal.enabled = $enabled
 shared_buffers = 256MB
-max_wal_size = 8GB
-checkpoint_timeout = 30min
-fsync = on
-wal_sync_method = fdatasync
-autovacuum = off
-CONF
-PMEM_IS_PMEM_FORCE=1 pg_ctl -D "$data" -l "$out/server.log" -w start >/dev/null
+checkpoint_timeout = 30min"
 psql -qX -c "CREATE TABLE bench_insert (id bigint, payload text)"
 echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgbench');" > "$out/insert.sql"
 pgbench -n -c 4 -j 2 -T 3600 -f "$out/insert.sql" >/dev/null 2>&1 &

@@ -85,27 +85,11 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== setting up a server in $data (ring $ring)"
-rm -rf "$data" "$ring"
-initdb -D "$data" -A trust >/dev/null
-cat >> "$data/postgresql.conf" <<CONF
-port = $port
-unix_socket_directories = '$out'
-listen_addresses = ''
-shared_preload_libraries = 'pmwal'
-pmwal.path = '$ring'
-pmwal.size = 64MB
-shared_buffers = 1GB
-max_wal_size = 8GB
+. "$here/server.sh"
+bench_server_start "$data" "$out" "$port" "$ring" "$log" "shared_buffers = 1GB
 checkpoint_timeout = $checkpoint_timeout
 log_checkpoints = on
-fsync = on
-wal_sync_method = fdatasync
-max_connections = 50
-# vacuum runs before each cell instead, as pgbench itself does: an
-# autovacuum that lands in one cell and not another is noise
-autovacuum = off
-CONF
-PMEM_IS_PMEM_FORCE=1 pg_ctl -D "$data" -l "$log" -w start >/dev/null
+max_connections = 50"
 psql -qX -c "CREATE EXTENSION pmwal" -c "CREATE TABLE bench_insert (id bigint, payload text)"
 if [ "$standby" = yes ]; then
 	echo "== a stock synchronous standby in $sdata (port $((port + 1)))"
