@@ -40,7 +40,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -154,9 +154,9 @@ autovacuum = off
 		my $st = fill_ring($node, 200 * 1024);
 		note("evict: the ring holds $st->{bytes_in_use} of $st->{capacity} bytes");
 		# the update and a 300 kB message, then COMMIT: no room for it
-		my ($bg, $pid) = hold_at($node, 'durable_after_sync', 'BEGIN',
+		my ($bg, $pid) = hold_at($node, 'durable_after_sync', [ 'BEGIN',
 			q{UPDATE t SET v = 'unacked' WHERE id = 1},
-			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT');
+			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT' ]);
 		my $held = pmwal_status($node);
 		is($held->{ring_full} - $st->{ring_full}, 1,
 			'evict: the commit found the ring full and is held in its own sync of pg_wal');
@@ -173,8 +173,7 @@ autovacuum = off
 # --- 1, negative control: the old build at its write window -----------------
 SKIP:
 {
-	my ($major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-	my $old = $ENV{PMWAL_OLD_LIBDIR} // ($major == 15 ? '/work/old' : '');
+	my $old = $ENV{PMWAL_OLD_LIBDIR} // (server_major() == 15 ? '/work/old' : '');
 	skip 'the old build (PMWAL_OLD_LIBDIR) is not at hand', 3 unless $old && -f "$old/pmwal.so";
 	my $node;
 	{
@@ -190,9 +189,9 @@ autovacuum = off
 		$node->safe_psql('postgres', q{CREATE EXTENSION pmwal VERSION '1.0'});
 		wait_accelerated($node, 't') or die 'evict_old: commits are not accelerated';
 		stop_server_process($node, $_) for qw(flusher walwriter);
-		my ($bg) = hold_at($node, 'commit_after_write', 'BEGIN',
+		my ($bg) = hold_at($node, 'commit_after_write', [ 'BEGIN',
 			q{UPDATE t SET v = 'unacked' WHERE id = 1},
-			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT');
+			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT' ]);
 		return $bg;
 	});
 	ok($on_disk, 'negative control: the old build held in its write window lets the page reach disk');
@@ -211,7 +210,7 @@ autovacuum = off
 	my $st = fill_ring($node, 200 * 1024);
 
 	# R writes WAL without an xid in an open transaction
-	my $r = session($node);
+	my $r = psql_session($node);
 	send_and_wait($r, "BEGIN;\nSELECT pg_logical_emit_message(false, 'r', 'x');\nSELECT 'wrote';\n", qr/^wrote$/m);
 	# C finds the ring full and is held in its sync, holding WALWriteLock
 	my ($c) = hold_at($node, 'durable_after_sync',

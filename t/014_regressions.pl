@@ -54,7 +54,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -63,22 +63,6 @@ my $MB = 1024 * 1024;
 my $SEG = 16 * $MB;
 my $started = Time::HiRes::time();
 my ($checked, $lost_total) = (0, 0);
-
-# A node under the power-cut log whose WAL only pmwal syncs, with table t
-# for acked_load_start.
-sub quiet_node
-{
-	my ($name, %opts) = @_;
-	my $node = pmwal_node($name, size => $opts{size} // '64MB',
-		conf => QUIET_WAL
-		  . 'pmwal.flush_interval = ' . ($opts{interval} // '60s') . "\n"
-		  . "autovacuum = off\n" . ($opts{conf} // ''));
-	powercut_start($node);
-	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
-	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
-	return $node;
-}
 
 # Start acknowledged load and wait until $rows of its commits are in.
 sub start_load
@@ -282,7 +266,7 @@ run_case('2', sub {
 	$node->poll_query_until('postgres', q{SELECT reason = 'pmwal.enabled is off' FROM pmwal_status})
 	  or die 'toggle_ckpt: pmwal.enabled = off is not carried';
 	stop_server_process($node, $_) for qw(walwriter flusher);
-	my $s = session($node);
+	my $s = psql_session($node);
 	my $pid = session_pid($s);
 	my $gdb = gdb_break($pid, 'fdatasync', leave_stopped => 1);
 	send_and_wait($s, "INSERT INTO r VALUES (2);\n");

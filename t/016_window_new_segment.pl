@@ -67,7 +67,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -97,7 +97,7 @@ for my $then ('cut', 'checkpoint')
 
 	# A: held inside its WAL sync, holding WALWriteLock (the WAL writer and
 	# the flusher are stopped first)
-	my ($a, $apid) = hold_in_sync($node, 't', 1);
+	my ($a, $apid) = hold_commit($node, sub { "INSERT INTO t VALUES ($_[0])" });
 	note("$name: A (pid $apid) held at sync_before_publish");
 	my ($ok, $txt) = flush_covered($node);
 	ok($ok, "$name: while A is held, the flush pointer is covered ($txt)");

@@ -26,7 +26,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -75,10 +76,10 @@ sub children
 	return @pids;
 }
 
-my $primary = hc_node('primary', size => '64MB', init => { allows_streaming => 1 },
+my $primary = mode_node('primary', size => '64MB', init => { allows_streaming => 1 },
 	conf => QUIET_WAL . "wal_keep_size = 1GB\nlog_checkpoints = on\n");
 powercut_start($primary);
-hc_extension($primary);
+create_pmwal($primary);
 $primary->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY); CREATE TABLE f (v text)');
 wait_accelerated($primary, 't') or die 'commits are not accelerated';
 $primary->backup('b');

@@ -23,7 +23,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -38,7 +39,7 @@ archive_command = 'test -f "$flag" && cp "%p" "$archive/%f"'
 });
 	PostgreSQL::Test::Utils::append_to_file($flag, '');
 	powercut_start($node);
-	hc_extension($node) unless $stock;
+	create_pmwal($node) unless $stock;
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 	wait_accelerated($node, 't') or die "$tag: commits are not accelerated" unless $stock;
 	$node->backup('b');
@@ -69,7 +70,7 @@ archive_command = 'test -f "$flag" && cp "%p" "$archive/%f"'
 	my ($held, $s);
 	if ($stock)
 	{
-		$s = session($node);
+		$s = psql_session($node);
 		gdb_hold_commit($node, $s, "$sql;\n");
 	}
 	else
@@ -119,8 +120,8 @@ archive_command = 'test -f "$flag" && cp "%p" "$archive/%f"'
 	return;
 }
 
-(my $tag = hc_mode()) =~ s/ /_/g;
-scenario($tag, hc_node('primary', size => '64MB', init => { allows_streaming => 1 }, conf => QUIET_WAL), 0);
+(my $tag = mode_name()) =~ s/ /_/g;
+scenario($tag, mode_node('primary', size => '64MB', init => { allows_streaming => 1 }, conf => QUIET_WAL), 0);
 scenario('stock', stock_node('stock', init => { allows_streaming => 1 }), 1) unless OLD_BUILD();
 
 done_testing();

@@ -26,7 +26,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -43,9 +44,9 @@ sub ring_note
 
 # --- 1. a commit during a checkpoint's pg_control sync ------------------------
 {
-	my $node = hc_node('ckpt', size => '64MB', conf => QUIET_WAL . "pmwal.flush_interval = 60s\n");
+	my $node = mode_node('ckpt', size => '64MB', conf => QUIET_WAL . "pmwal.flush_interval = 60s\n");
 	powercut_start($node);
-	hc_extension($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 	wait_accelerated($node, 't') or die 'commits are not accelerated';
 	$node->safe_psql('postgres', "INSERT INTO t VALUES ($_)") for 1 .. 20;
@@ -91,14 +92,14 @@ sub ring_note
 # --- 2. the rewritten last page of a segment ----------------------------------
 {
 	my $SEG = 1024 * 1024;
-	my $node = hc_node('segend', size => '64MB', init => { extra => ['--wal-segsize=1'] },
+	my $node = mode_node('segend', size => '64MB', init => { extra => ['--wal-segsize=1'] },
 		conf => QUIET_WAL . "pmwal.flush_interval = 10ms\nfull_page_writes = off\nautovacuum = off\n");
 	powercut_start($node);
-	hc_extension($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int); INSERT INTO t VALUES (1); CHECKPOINT');
 	wait_accelerated($node, 't') or die 'commits are not accelerated';
 	$node->safe_psql('postgres', 'INSERT INTO t VALUES (2)');
-	flusher_hold($node);
+	flusher_hold($node, at => 'flusher_sleep');
 
 	my $pos = pad_into_last_page($node, $SEG);
 	my $segend = (int($pos / $SEG) + 1) * $SEG;
@@ -140,14 +141,14 @@ sub ring_note
 # held by gdb before that sync (issue_xlog_fsync) when the power goes.
 {
 	my $SEG = 1024 * 1024;
-	my $node = hc_node('retire', size => '64MB', init => { extra => ['--wal-segsize=1'] },
+	my $node = mode_node('retire', size => '64MB', init => { extra => ['--wal-segsize=1'] },
 		conf => QUIET_WAL . "pmwal.flush_interval = 10ms\nfull_page_writes = off\nautovacuum = off\n");
 	powercut_start($node);
-	hc_extension($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int); INSERT INTO t VALUES (1); CHECKPOINT');
 	wait_accelerated($node, 't') or die 'commits are not accelerated';
 	$node->safe_psql('postgres', 'INSERT INTO t VALUES (2)');
-	flusher_hold($node);
+	flusher_hold($node, at => 'flusher_sleep');
 	my $pos = pad_into_last_page($node, $SEG);
 	my $segend = (int($pos / $SEG) + 1) * $SEG;
 	flusher_pass($node);
@@ -165,7 +166,7 @@ sub ring_note
 	# C2's write is the first the ring cannot take: it retires the ring,
 	# then rewrites the page in pg_wal, and PostgreSQL syncs it itself.
 	# C2 is held by gdb before that sync.
-	my $s = session($node);
+	my $s = psql_session($node);
 	gdb_hold_commit($node, $s,
 		"BEGIN; INSERT INTO t VALUES (101); SELECT pg_logical_emit_message(true, 'c2', repeat('y', 20000)); COMMIT;\n");
 	my $st = ring_note($node, 'retire: C2 held after the ring retired');

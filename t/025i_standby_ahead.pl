@@ -28,18 +28,19 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $primary = hc_node('primary', size => '16MB', init => { allows_streaming => 1 },
+my $primary = mode_node('primary', size => '16MB', init => { allows_streaming => 1 },
 	conf => QUIET_WAL . "wal_keep_size = 1GB\n");
 # the ring is cut too: a line the held process copied but did not drain
 # (write_before_drain) may survive or not, at random (seed noted)
 $primary->{ring_cut} = 'random';
 powercut_start($primary);
-hc_extension($primary);
+create_pmwal($primary);
 $primary->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 wait_accelerated($primary, 't') or die 'commits are not accelerated';
 $primary->backup('b');
