@@ -24,15 +24,6 @@ my $ring_hint =
 my @cleanup;
 END { unlink @cleanup; }
 
-# Start a node that must start, on a fresh log.
-sub start_fine
-{
-	my ($node, $case) = @_;
-	$node->rotate_logfile;
-	ok($node->start(fail_ok => 1), "$case: server starts");
-	return;
-}
-
 # Overwrite a file in place (same inode and mode) with the given bytes.
 sub put_bytes
 {

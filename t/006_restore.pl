@@ -153,46 +153,6 @@ sub zero_wal
 	return $zeroed;
 }
 
-# Start without waiting (pg_ctl -W), under the power-cut log, with the
-# restore held at its pause point $point; returns once it is held.
-sub start_paused_in_restore
-{
-	my ($node, $point) = @_;
-	my $log = $node->basedir . '/powercut.log';
-	unlink $log;
-	$node->{powercut_log} = $log;
-	my $offset = -s $node->logfile;
-	pause_rearm($node, $point);
-	{
-		local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
-		local $ENV{POWERCUT_LOG} = $log;
-		local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
-		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile,
-			'-o', "-c pmwal.test_pause=$point", '-W', 'start');
-	}
-	my $pid = pause_wait($node, $point, $offset);
-	ok($pid, "the restore reached its pause at $point");
-	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-	$node->{_pid} = $pm;
-	return $pm;
-}
-
-# The first record that begins in the ring's page $page (after the
-# continuation of a record from the page before), or undef.
-sub first_record_in_page
-{
-	my ($node, $page) = @_;
-	my $h = ring_page_header($node, $page);
-	my $at = $page + $h->{size};
-	if ($h->{contrecord})
-	{
-		return undef if $h->{rem_len} >= 8192 - $h->{size};
-		$at += $h->{rem_len};
-		$at += 8 - $at % 8 if $at % 8;
-	}
-	return $at + 24 <= $page + 8192 ? $at : undef;
-}
-
 # --- 1. restore after a power cut ------------------------------------------
 {
 	my ($node, $load) = loaded_and_cut('restore', ring_cut => 'durable');
@@ -281,7 +241,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	for my $point ('restore_written', 'restore_before_empty')
 	{
 		my $offset = -s $node->logfile;
-		start_paused_in_restore($node, $point);
+		ok((powercut_start_paused($node, $point))[0], "the restore reached its pause at $point");
 		isnt(ring_state($ring), RING_STATE_EMPTY, "$tag/$point: the ring is not yet marked empty at the pause");
 		my $cut = powercut($node);
 		note("$tag/$point: second cut: $cut->{summary}");

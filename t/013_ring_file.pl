@@ -70,17 +70,6 @@ sub make_file
 	return;
 }
 
-# Start a node that must start, on a fresh log.
-sub start_fine
-{
-	my ($node, $case) = @_;
-	$node->rotate_logfile;
-	my $started = $node->start(fail_ok => 1);
-	ok($started, "$case: server starts")
-	  or diag(slurp_file($node->logfile));
-	return $started;
-}
-
 # Start the node in the background (pg_ctl -W) with pmwal.test_pause set to
 # $pause, on a fresh log, and wait until the postmaster either logs a pause
 # (returns the postmaster's pid, the server is left held there), or the

@@ -95,21 +95,6 @@ sub start_restores
 	return;
 }
 
-# The first record that begins in the ring's page $page, or undef.
-sub first_record_in_page
-{
-	my ($node, $page) = @_;
-	my $h = ring_page_header($node, $page);
-	my $at = $page + $h->{size};
-	if ($h->{contrecord})
-	{
-		return undef if $h->{rem_len} >= 8192 - $h->{size};
-		$at += $h->{rem_len};
-		$at += 8 - $at % 8 if $at % 8;
-	}
-	return $at + 24 <= $page + 8192 ? $at : undef;
-}
-
 # --- 1. a record that continues past the head --------------------------------
 {
 	my $tag = 'continues_past_head';

@@ -64,16 +64,7 @@ SELECT 1 FROM pg_create_logical_replication_slot('s', 'test_decoding')});
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	my $insert = "INSERT INTO t SELECT g FROM generate_series($HELD_FROM, "
 	  . ($HELD_FROM + $HELD_ROWS - 1) . ') g';
-	my ($held, $s);
-	if ($stock)
-	{
-		$s = psql_session($node);
-		gdb_hold_commit($node, $s, "$insert;\n");
-	}
-	else
-	{
-		($held) = hold_commit($node, $insert);
-	}
+	my ($held, $s) = hold_commit_or_stock($node, $insert, $stock);
 	my $flush = $node->safe_psql('postgres', 'SELECT pg_current_wal_flush_lsn()');
 	my $got = decode($node);
 	push @decoded, @$got;

@@ -73,16 +73,7 @@ CREATE PUBLICATION p FOR TABLE t}) unless $publisher->safe_psql('postgres',
 		"$tag: X is applied on the subscriber, its commit not yet flushed");
 
 	# another committer writes X's WAL with its own and is held
-	my ($held, $s);
-	if ($stock)
-	{
-		$s = psql_session($sub);
-		gdb_hold_commit($sub, $s, "INSERT INTO l VALUES (1);\n");
-	}
-	else
-	{
-		($held) = hold_commit($sub, 'INSERT INTO l VALUES (1)');
-	}
+	my ($held, $s) = hold_commit_or_stock($sub, 'INSERT INTO l VALUES (1)', $stock);
 	# two rounds of feedback from the apply worker while the commit is held
 	my $t0 = $publisher->safe_psql('postgres', 'SELECT now()');
 	$publisher->poll_query_until('postgres',

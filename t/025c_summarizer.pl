@@ -74,16 +74,7 @@ sub scenario
 	my $redo = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 
 	# a committer writes it and is held
-	my ($held, $s);
-	if ($stock)
-	{
-		$s = psql_session($node);
-		gdb_hold_commit($node, $s, "INSERT INTO t VALUES (1000);\n");
-	}
-	else
-	{
-		($held) = hold_commit($node, 'INSERT INTO t VALUES (1000)');
-	}
+	my ($held, $s) = hold_commit_or_stock($node, 'INSERT INTO t VALUES (1000)', $stock);
 	my $flush = $node->safe_psql('postgres', 'SELECT pg_current_wal_flush_lsn()');
 	note("$tag: flush pointer $flush while the commit is held (before the hold: $flush_before; REDO inserted before $redo)");
 

@@ -67,16 +67,7 @@ archive_command = 'test -f "$flag" && cp "%p" "$archive/%f"'
 	my $seg = $node->safe_psql('postgres', "SELECT pg_walfile_name(pg_current_wal_insert_lsn())");
 	my $sql = "BEGIN; INSERT INTO t VALUES (99999); "
 	  . "SELECT pg_logical_emit_message(true, 'h', repeat('h', 20000)); COMMIT";
-	my ($held, $s);
-	if ($stock)
-	{
-		$s = psql_session($node);
-		gdb_hold_commit($node, $s, "$sql;\n");
-	}
-	else
-	{
-		($held) = hold_commit($node, $sql);
-	}
+	my ($held, $s) = hold_commit_or_stock($node, $sql, $stock);
 	ok(!-e "$status/$seg.ready" && !-e "$status/$seg.done",
 		"$tag: segment $seg, whose finishing sync is held, is not marked for the archiver");
 	cut_held($node, $tag, $held, $s);

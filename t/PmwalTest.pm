@@ -1308,8 +1308,9 @@ sub log_has
 # Nodes, commits and starts several tests share.
 # ---------------------------------------------------------------------------
 push @EXPORT, qw(quiet_node stock_node stock_standby acked_insert short_load
-  ids_present rows acked_missing_sql acked_missing try_start start_refused
-  $restored_re wait_log controldata control_checkpoint history_files);
+  ids_present rows acked_missing_sql acked_missing try_start start_refused start_fine
+  powercut_start_paused $restored_re wait_log controldata control_checkpoint
+  standby_follows history_files);
 
 # The restore's LOG line: the range it wrote, bytes, records, segments.
 our $restored_re =
@@ -1470,7 +1471,44 @@ sub start_refused
 	return $log;
 }
 
+# A start that must succeed, on a fresh log (as start_refused); returns
+# whether it did.
+sub start_fine
+{
+	my ($node, $case) = @_;
+	$node->rotate_logfile;
+	my $started = $node->start(fail_ok => 1);
+	ok($started, "$case: the server starts")
+	  or diag(slurp_file($node->logfile));
+	return $started;
+}
 
+# Start $node under the power-cut log without waiting for it (pg_ctl -W),
+# with pmwal.test_pause = $point in the postmaster: returns once a process
+# is held there (within $timeout seconds, 60), with the postmaster's pid
+# and the log offset the attempt began at.  Without $point it returns at
+# once (the pid undef).  The ring is not recorded anew.
+sub powercut_start_paused
+{
+	my ($node, $point, $timeout) = @_;
+	my $log = $node->basedir . '/powercut.log';
+	unlink $log, $node->data_dir . '/postmaster.pid';
+	$node->{powercut_log} = $log;
+	my $offset = -s $node->logfile;
+	pause_rearm($node, $point) if defined $point;
+	{
+		local $ENV{LD_PRELOAD} = powercut_lib();
+		local $ENV{POWERCUT_LOG} = $log;
+		local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
+		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile,
+			(defined $point ? ('-o', "-c pmwal.test_pause=$point") : ()), '-W', 'start');
+	}
+	return (undef, $offset) unless defined $point;
+	pause_wait($node, $point, $offset, $timeout);
+	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	$node->{_pid} = $pm;
+	return ($pm, $offset);
+}
 
 # Wait until the node's log after $offset matches $re; returns the match or
 # undef after $timeout seconds (60).
@@ -1505,6 +1543,22 @@ sub control_checkpoint
 	  // die 'pg_controldata printed no checkpoint location';
 }
 
+# A streaming standby follows its (restarted) primary: it catches up, has
+# exactly the primary's rows of t, and its log shows no refusal of the
+# primary's history.
+sub standby_follows
+{
+	my ($primary, $standby, $tag) = @_;
+	eval { $primary->wait_for_catchup($standby, 'replay', $primary->lsn('flush')); 1 }
+	  or diag("$tag: the standby does not catch up: $@");
+	my $rows = 'SELECT count(*), sum(id) FROM t';
+	is($standby->safe_psql('postgres', $rows), $primary->safe_psql('postgres', $rows),
+		"$tag: the standby follows the primary and has exactly its rows");
+	unlike(slurp_file($standby->logfile),
+		qr/not in this server's history|forked off current database system timeline|requested starting point .* is ahead|new timeline \d+ forked/,
+		"$tag: the standby refused nothing");
+	return;
+}
 
 # Timeline history files in a node's pg_wal.
 sub history_files
@@ -1518,7 +1572,7 @@ sub history_files
 # (timeline 1, 16 MB segments unless said otherwise).
 # ---------------------------------------------------------------------------
 push @EXPORT, qw(lsn_text insert_lsn flush_lsn advance_to pad_into_last_page
-  segment_of wal_rw ring_rw ring_page_header ring_words
+  segment_of wal_rw ring_rw ring_page_header first_record_in_page ring_words
   status_line disk_page_lsn_max relmap_filenode);
 
 my $SEG = 16 * 1024 * 1024;
@@ -1661,6 +1715,21 @@ sub ring_page_header
 	return \%h;
 }
 
+# The first record that begins in the ring's page $page (after the
+# continuation of a record from the page before), or undef.
+sub first_record_in_page
+{
+	my ($node, $page) = @_;
+	my $h = ring_page_header($node, $page);
+	my $at = $page + $h->{size};
+	if ($h->{contrecord})
+	{
+		return undef if $h->{rem_len} >= 8192 - $h->{size};
+		$at += $h->{rem_len};
+		$at += 8 - $at % 8 if $at % 8;
+	}
+	return $at + 24 <= $page + 8192 ? $at : undef;
+}
 
 # The ring's dynamic words, as one string.
 sub ring_words

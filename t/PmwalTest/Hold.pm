@@ -21,7 +21,7 @@ use Time::HiRes ();
 use PmwalTest;
 use PmwalTest::OldBuild qw(hold_point);
 
-our @EXPORT = qw(hold_at hold_commit quiesce cut_held gdb_hold_commit
+our @EXPORT = qw(hold_at hold_commit quiesce hold_commit_or_stock cut_held gdb_hold_commit
   until_paused forget_pauses backend_pid_running
   flusher_hold flusher_pass flusher_release_to flusher_round
   flush_covered ring_holds_flush_page
@@ -94,6 +94,23 @@ sub quiesce
 	return;
 }
 
+# The committer of $sql held at the moment its WAL is written and not yet
+# synced: on a node with pmwal with hold_commit; with $stock (a control on
+# stock PostgreSQL) with gdb_hold_commit, in a session of its own.
+# Returns what cut_held takes: the held background psql (undef on stock)
+# and the session (undef with pmwal).
+sub hold_commit_or_stock
+{
+	my ($node, $sql, $stock) = @_;
+	if ($stock)
+	{
+		my $s = psql_session($node);
+		gdb_hold_commit($node, $s, "$sql;\n");
+		return (undef, $s);
+	}
+	my ($held) = hold_commit($node, $sql);
+	return ($held, undef);
+}
 
 # The power cut of a case whose committer is held ($held, from hold_commit)
 # or whose stock control ran in session $s: the held commit must not have
