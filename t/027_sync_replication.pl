@@ -50,8 +50,9 @@
 # longer running, while the commit waits.
 #
 # The standby-ahead hazard (a primary holding WAL written but not durable
-# while a standby streams) is t/027a; the relation map, checkpoint record
-# and data page windows are t/027b and t/027c.
+# while a standby streams) is t/027a; WAL before data (the relation map,
+# the checkpoint record, data pages) is t/027b, a checkpoint's real sync
+# racing commits t/027c.
 use strict;
 use warnings;
 use FindBin;

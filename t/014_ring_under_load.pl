@@ -1,15 +1,16 @@
-# Regressions for the items of issue 14 (third review) that need a process
-# held at a precise moment, then a simulated power cut (tools/powercut,
-# fsync = on) and a count of every acknowledged commit; converted to the
-# sync layer.  Each case runs on a node of its own; where it is about
-# durability, a negative control (the same data directory started without
-# its ring) shows that the cut really took what only the ring held.
+# The ring under committing load: pmwal.enabled toggled, the ring retired
+# and anchored again, a small ring wrapping hundreds of times, a writer
+# killed between its copy and its drain, the flusher's error exit -- each
+# held at a precise moment (the items of issue 14, third review), then a
+# simulated power cut (tools/powercut, fsync = on) and a count of every
+# acknowledged commit.  Each case runs on a node of its own; where it is
+# about durability, a negative control (the same data directory started
+# without its ring) shows that the cut really took what only the ring held.
 #
-#	1. (dropped) issue 14, "ROLLBACK PREPARED": the write-window gate
-#	   (gate.c) that paused windows for 2PC and DROP DATABASE is gone with
-#	   the windows: ROLLBACK PREPARED's flush is PostgreSQL's own, answered
-#	   from the ring before it unlinks anything.  t/012 cuts the power at
-#	   its own WAL sync, at its unlink and after it returned.
+#	1. (dropped with pmwal 1.x's gate, gate.c) issue 14, "ROLLBACK
+#	   PREPARED": its flush is PostgreSQL's own, answered from the ring
+#	   before it unlinks anything; t/012 cuts the power at its own WAL
+#	   sync, at its unlink and after it returned.
 #	2. issue 14, "pmwal.enabled toggled off and on under load, with the
 #	   flusher held in its pass": three rounds under pgbench of
 #	   (a) the flusher held inside its pass (durable_after_sync, holding

@@ -1,11 +1,12 @@
-# The relation map, checkpoint record and data page windows of issue 23,
-# on a pmwal primary with a synchronous standby (synchronous_commit = on).
+# WAL before data under synchronous replication (issue 23): the relation
+# map, the checkpoint record pg_control names and data pages never reach
+# the disk ahead of the WAL the ring and pg_wal hold, on a pmwal primary
+# with a synchronous standby (synchronous_commit = on).
 #
-# The prototype of issue 23 switched fsync off for the commit's own flush,
-# so for a whole standby round trip a relation map, a checkpoint record or
-# a data page could get ahead of WAL that was neither fsynced nor in the
-# ring, and pg_filenode.map lost its fsync.  With the sync layer nothing is
-# switched off; pmwal only answers the syncs of WAL segment files, and:
+# (The prototype of issue 23 switched fsync off for the commit's own flush,
+# so that for a whole standby round trip each of them could get ahead of
+# WAL neither fsynced nor in the ring.)  pmwal switches nothing off; it only
+# answers the syncs of WAL segment files, and:
 #
 #  R. Relation map.  write_relmap_file() inserts XLOG_RELMAP_UPDATE and
 #     XLogFlush()es it -- answered once the ring holds it -- before the map
@@ -39,14 +40,14 @@
 #     pages written by a checkpoint under load.)
 #
 # The power cut leaves every data file write in place (tools/powercut cuts
-# pg_wal only): the worst case for these windows, a page or map on disk
+# pg_wal only): the worst case for this rule, a page or map on disk
 # whose WAL did not survive in pg_wal.  Each case has a negative control,
 # the same data directory started without its ring: it lacks acknowledged
 # commits, and (K1, D) has data pages with LSNs beyond the end of its WAL
 # -- exactly what the ring prevents -- or cannot even answer (an index
 # page refers to a page that only the lost WAL would have written).
 #
-# How each part fails when its window exists (checked by hand against
+# How each part fails when the rule is broken (checked by hand against
 # modified builds, not kept): R, with the map's fsync a no-op (fsync = off,
 # as the prototype had it for the commit): "fsynced it for real" fails.
 # K, a build whose pg_control writes skip pmwal's real sync: the checkpoint

@@ -1,13 +1,12 @@
-# Nothing PostgreSQL trusts may be outside the ring or pg_wal's durable
-# part (converted to the sync layer; the file keeps its old name).
+# A full ring, and segments created inside a WAL write: nothing PostgreSQL
+# trusts may be outside the ring or pg_wal's durable part.
 #
-# The code before the sync layer wrote a commit's WAL without fsync and
-# copied it into the ring afterwards: between the two ("the write
-# window") PostgreSQL trusted WAL only the page cache held.  That window
-# is gone: a WAL write is copied into the ring before it is written, and
-# PostgreSQL trusts it (moves its flush pointer) only after its sync,
-# which pmwal answers from the ring.  The hazards this file guarded, at
-# the sync layer's own dangerous points:
+# A WAL write is copied into the ring before it is written, and PostgreSQL
+# trusts it (moves its flush pointer) only after its sync, which pmwal
+# answers from the ring.  (pmwal 1.x wrote a commit's WAL without fsync and
+# copied it into the ring afterwards: between the two, its "write window",
+# PostgreSQL trusted WAL only the page cache held; that build is case 1's
+# negative control.)  At the sync layer's own dangerous points:
 #
 #	1. issue 9, item 3: a commit that needs more room than the ring has
 #	   must not write first and then wait.  Now a writer that finds the
@@ -265,7 +264,7 @@ autovacuum = off
 	my $cut = powercut($node);
 	note("ckpt: $cut->{summary}");
 	# The hazard is the directory entry of the segment holding the
-	# checkpoint record: the code before the write-window fix created it
+	# checkpoint record: pmwal 1.x (before issue 14's fix) created it
 	# inside a write without fsync and nothing synced pg_wal/ (the cut then
 	# undid its rename and the start failed with "could not locate a valid
 	# checkpoint record").
