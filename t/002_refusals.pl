@@ -24,26 +24,6 @@ my $ring_hint =
 my @cleanup;
 END { unlink @cleanup; }
 
-# Try to start a node that must refuse; stop it again should it start.
-sub start_refused
-{
-	my ($node, $case) = @_;
-	$node->rotate_logfile;
-	my $started = $node->start(fail_ok => 1);
-	ok(!$started, "$case: server refuses to start");
-	$node->stop if $started;
-	return;
-}
-
-# Start a node that must start, on a fresh log.
-sub start_fine
-{
-	my ($node, $case) = @_;
-	$node->rotate_logfile;
-	ok($node->start(fail_ok => 1), "$case: server starts");
-	return;
-}
-
 # Overwrite a file in place (same inode and mode) with the given bytes.
 sub put_bytes
 {

@@ -74,7 +74,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hE;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -82,8 +82,6 @@ use Test::More;
 my $started = Time::HiRes::time();
 my $checked = 0;
 my $SEG = 16 * 1024 * 1024;
-
-sub lsn { return lsn_num($_[0]); }
 
 sub loaded_and_cut
 {
@@ -155,46 +153,6 @@ sub zero_wal
 	return $zeroed;
 }
 
-# Start without waiting (pg_ctl -W), under the power-cut log, with the
-# restore held at its pause point $point; returns once it is held.
-sub start_paused_in_restore
-{
-	my ($node, $point) = @_;
-	my $log = $node->basedir . '/powercut.log';
-	unlink $log;
-	$node->{powercut_log} = $log;
-	my $offset = -s $node->logfile;
-	pause_rearm($node, $point);
-	{
-		local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
-		local $ENV{POWERCUT_LOG} = $log;
-		local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
-		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile,
-			'-o', "-c pmwal.test_pause=$point", '-W', 'start');
-	}
-	my $pid = pause_wait($node, $point, $offset);
-	ok($pid, "the restore reached its pause at $point");
-	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-	$node->{_pid} = $pm;
-	return $pm;
-}
-
-# The first record that begins in the ring's page $page (after the
-# continuation of a record from the page before), or undef.
-sub first_record_in_page
-{
-	my ($node, $page) = @_;
-	my $h = ring_page_header($node, $page);
-	my $at = $page + $h->{size};
-	if ($h->{contrecord})
-	{
-		return undef if $h->{rem_len} >= 8192 - $h->{size};
-		$at += $h->{rem_len};
-		$at += 8 - $at % 8 if $at % 8;
-	}
-	return $at + 24 <= $page + 8192 ? $at : undef;
-}
-
 # --- 1. restore after a power cut ------------------------------------------
 {
 	my ($node, $load) = loaded_and_cut('restore', ring_cut => 'durable');
@@ -207,8 +165,8 @@ sub first_record_in_page
 	my $log = slurp_file($node->logfile, $offset);
 	like($log, $restored_re, 'restore: one LOG line reports the restore');
 	my ($from, $to, $bytes, $records, $segs) = $log =~ $restored_re;
-	is(lsn($from // '0/0'), $tail, 'restore: restored from the ring tail');
-	is(lsn($to // '0/0'), $head, 'restore: restored up to the ring head');
+	is(lsn_num($from // '0/0'), $tail, 'restore: restored from the ring tail');
+	is(lsn_num($to // '0/0'), $head, 'restore: restored up to the ring head');
 	is($bytes, $head - $tail, "restore: $bytes bytes restored, the whole range");
 	cmp_ok($records, '>', 0, "restore: $records records verified");
 	cmp_ok($segs, '>=', 1, "restore: $segs segments written");
@@ -265,7 +223,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	else
 	{
 		my ($from, $to) = $log =~ $restored_re;
-		ok(defined $from && lsn($from) <= $zfrom && lsn($to) == $head,
+		ok(defined $from && lsn_num($from) <= $zfrom && lsn_num($to) == $head,
 			"$tag: the ring was restored over the zeros");
 	}
 	check_acked($node, $load, $tag, expect_loss => $empty_ring);
@@ -283,7 +241,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	for my $point ('restore_written', 'restore_before_empty')
 	{
 		my $offset = -s $node->logfile;
-		start_paused_in_restore($node, $point);
+		ok((powercut_start_paused($node, $point))[0], "the restore reached its pause at $point");
 		isnt(ring_state($ring), RING_STATE_EMPTY, "$tag/$point: the ring is not yet marked empty at the pause");
 		my $cut = powercut($node);
 		note("$tag/$point: second cut: $cut->{summary}");
@@ -296,7 +254,7 @@ for my $case ([ 'damaged', 0 ], [ 'damaged_noring', 1 ])
 	$node->start;
 	my ($from, $to) = slurp_file($node->logfile, $offset) =~ $restored_re;
 	ok(defined $to, "$tag: the next start restores again (pg_wal holding the ring's WAL is no refusal)");
-	is(defined $to ? lsn($to) : -1, $head, "$tag: again up to the ring head");
+	is(defined $to ? lsn_num($to) : -1, $head, "$tag: again up to the ring head");
 	check_acked($node, $load, $tag);
 	$node->stop;
 }
@@ -373,7 +331,8 @@ for my $damage ('xl_crc', 'xl_tot_len')
 	my $node = quiet_node($tag, ring_cut => 'durable');
 	my $load = short_load($node, $tag);
 	my $ring = $node->{pmwal_ring};
-	my ($held) = hold_in_sync($node, 't', 9_000_000_000, point => 'write_after_copy');
+	my ($held) = hold_commit($node, sub { 'INSERT INTO t VALUES (' . (8_999_999_999 + $_[0]) . ')' },
+		point => 'write_after_copy');
 	my $cut = powercut($node);
 	bg_psql_finish($held);
 	note("$tag: $cut->{summary}");
@@ -385,7 +344,7 @@ for my $damage ('xl_crc', 'xl_tot_len')
 	my $offset = -s $node->logfile;
 	$node->start;
 	my ($from, $to, $bytes) = slurp_file($node->logfile, $offset) =~ $restored_re;
-	is(defined $to ? lsn($to) : -1, $head, "$tag: restored up to the published head, not beyond");
+	is(defined $to ? lsn_num($to) : -1, $head, "$tag: restored up to the published head, not beyond");
 	is($bytes // -1, $head - $tail, "$tag: no byte beyond the head was written");
 	check_acked($node, $load, $tag);
 	$node->stop;
@@ -398,7 +357,7 @@ for my $variant ('generation', 'checkpoint')
 	my $node = quiet_node($tag);
 	my $load = short_load($node, $tag);
 	my $ring = $node->{pmwal_ring};
-	my $flusher = hold_flusher($node);
+	my $flusher = flusher_hold($node);
 	stop_server_process($node, 'walwriter');
 	# the ring copied while it holds WAL and nothing writes
 	my $copy_words = ring_words($node);
@@ -494,7 +453,7 @@ for my $variant ('checkpoint', 'shutdown')
 	my $tag = "${variant}_after_pass";
 	my $node = quiet_node($tag);
 	my $walwriter = stop_server_process($node, 'walwriter');
-	hold_flusher($node);
+	flusher_hold($node);
 	# the first change of t's pages after the checkpoint, with its full
 	# page images
 	acked_insert($node, 0);
@@ -520,7 +479,7 @@ for my $variant ('checkpoint', 'shutdown')
 	}
 	my ($control) = run_command([ 'pg_controldata', '-D', $node->data_dir ]);
 	my ($ckpt) = $control =~ /^Latest checkpoint location:\s+(\S+)$/m;
-	$ckpt = lsn($ckpt // '0/0');
+	$ckpt = lsn_num($ckpt // '0/0');
 	note("$tag: row 1 ends at " . lsn_text($f1) . ', the pass synced to ' . lsn_text($durable)
 		  . ', row 2 ends at ' . lsn_text($f2) . ', the checkpoint record at ' . lsn_text($ckpt));
 	cmp_ok($ckpt, '<', $durable, "$tag: the checkpoint record lies in the page the pass synced last");

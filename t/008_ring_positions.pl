@@ -66,7 +66,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hE;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -109,7 +109,7 @@ sub cut_and_check
 	my $tag = 'pass';
 	my $node = quiet_node($tag);
 	stop_server_process($node, 'walwriter');
-	hold_flusher($node);
+	flusher_hold($node);
 	arm_all($node, 'flusher_loop,durable_after_sync,flusher_after_free');
 	# one round for the flusher to read the new points
 	flusher_pass($node);
@@ -148,7 +148,7 @@ sub cut_and_check
 	my $tag = 'seg_end_page';
 	my $node = quiet_node($tag);
 	stop_server_process($node, 'walwriter');
-	hold_flusher($node);
+	flusher_hold($node);
 	# the first change of t's pages after the checkpoint, with its full
 	# page images
 	acked_insert($node, 0);

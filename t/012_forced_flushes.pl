@@ -47,7 +47,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -245,7 +245,7 @@ for my $what (qw(droptable commit_prepared rollback_prepared dropdb))
 		if ($moment eq 'held_sync' || $moment eq 'held_commit')
 		{
 			my $point = $moment eq 'held_sync' ? 'sync_before_publish' : 'sync_before_publish:2';
-			($bg) = hold_at($node, $point, @{ $s->{sql} });
+			($bg) = hold_at($node, $point, $s->{sql});
 			is($s->{intact}->($node, $c), '', "$tag: held in its own WAL sync, files still in place")
 			  if $moment eq 'held_sync';
 			ok(!-e $c->{dir}, "$tag: held in its commit's sync, its directory already removed")
@@ -256,7 +256,7 @@ for my $what (qw(droptable commit_prepared rollback_prepared dropdb))
 		}
 		elsif ($moment eq 'irreversible')
 		{
-			$sess = session($node);
+			$sess = psql_session($node);
 			my $pid = session_pid($sess);
 			send_and_wait($sess, "$_;\nSELECT 'did';\n", qr/^did$/m)
 			  for @{ $s->{sql} }[ 0 .. $#{ $s->{sql} } - 1 ];

@@ -20,7 +20,7 @@ use Digest::SHA;
 use Fcntl qw(O_WRONLY O_CREAT O_EXCL);
 use Time::HiRes qw(usleep);
 use PmwalTest;
-use hD ();
+use PmwalTest::OldBuild;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -33,14 +33,6 @@ my $PAUSE_CAP = 30;
 # Files and links this test creates outside the nodes' own rings.
 my @cleanup;
 END { unlink @cleanup; }
-
-# Is a server running on the node's data directory (pg_ctl status)?
-sub server_running
-{
-	my ($node) = @_;
-	my $rc = system('pg_ctl', 'status', '-s', '-D', $node->data_dir);
-	return ($rc >> 8) == 0;
-}
 
 # State letter of a process, '' once it is gone.
 sub proc_state
@@ -76,29 +68,6 @@ sub make_file
 	close $fh or die "could not close $path: $!";
 	chmod(0600, $path) or die "chmod: $!";
 	return;
-}
-
-# Try to start a node that must refuse; stop it again should it start.
-sub start_refused
-{
-	my ($node, $case) = @_;
-	$node->rotate_logfile;
-	my $started = $node->start(fail_ok => 1);
-	ok(!$started, "$case: server refuses to start");
-	ok(!server_running($node), "$case: no server is running afterwards");
-	$node->stop if $started;
-	return;
-}
-
-# Start a node that must start, on a fresh log.
-sub start_fine
-{
-	my ($node, $case) = @_;
-	$node->rotate_logfile;
-	my $started = $node->start(fail_ok => 1);
-	ok($started, "$case: server starts")
-	  or diag(slurp_file($node->logfile));
-	return $started;
 }
 
 # Start the node in the background (pg_ctl -W) with pmwal.test_pause set to
@@ -179,13 +148,9 @@ sub ring_valid
 	return;
 }
 
-# The extension's SQL: the build before the sync layer, given with
-# PMWAL_TEST_LIBDIR (t/hD.pm recognises it), does not know the columns of
-# the newest version of pmwal_status; version 1.0 has "accelerated" too.
-my $create_ext =
-  hD::old_build()
-  ? q{CREATE EXTENSION IF NOT EXISTS pmwal VERSION '1.0'}
-  : q{CREATE EXTENSION IF NOT EXISTS pmwal};
+# The extension's SQL: the old build, given with PMWAL_TEST_LIBDIR, does
+# not know the newest version (PmwalTest::OldBuild).
+my $create_ext = create_pmwal_sql();
 
 # The running node's ring is in use: commits go through it.
 sub ring_usable

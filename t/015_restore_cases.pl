@@ -56,7 +56,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hE;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -64,8 +64,6 @@ use Test::More;
 my $SEG = 16 * 1024 * 1024;
 my $started = Time::HiRes::time();
 my $checked = 0;
-
-sub lsn { return lsn_num($_[0]); }
 
 # All acknowledged ids present.
 sub check_acked
@@ -97,21 +95,6 @@ sub start_restores
 	return;
 }
 
-# The first record that begins in the ring's page $page, or undef.
-sub first_record_in_page
-{
-	my ($node, $page) = @_;
-	my $h = ring_page_header($node, $page);
-	my $at = $page + $h->{size};
-	if ($h->{contrecord})
-	{
-		return undef if $h->{rem_len} >= 8192 - $h->{size};
-		$at += $h->{rem_len};
-		$at += 8 - $at % 8 if $at % 8;
-	}
-	return $at + 24 <= $page + 8192 ? $at : undef;
-}
-
 # --- 1. a record that continues past the head --------------------------------
 {
 	my $tag = 'continues_past_head';
@@ -123,7 +106,7 @@ sub first_record_in_page
 	my $node = quiet_node($tag, conf => "wal_buffers = 1MB\n");
 	my $load = short_load($node, $tag);
 	stop_server_process($node, 'walwriter');
-	hold_flusher($node);
+	flusher_hold($node);
 	# each session waits for an advisory lock the test holds until gdb is
 	# attached to it
 	my $locks = $node->background_psql('postgres');
@@ -133,14 +116,16 @@ sub first_record_in_page
 	my $gdb = gdb_break(backend_pid_running($node, 'SELECT pg_advisory_lock(41)'), 'XLogFlush');
 	$locks->query_safe('SELECT pg_advisory_unlock(41)');
 	ok(gdb_wait_hit($gdb, 60, $b_psql->{h}), "$tag: B's commit record is inserted, B is held before its flush");
-	my $a_from = lsn($node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
+	my $a_from = lsn_num($node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
 	# A: a record of 8 MB, stopped when it reports its progress for the
 	# 200th time
 	my $a_psql = bg_psql($node, 'SELECT pg_advisory_lock(42)',
 		q{SELECT pg_logical_emit_message(false, 'huge', repeat('x', 8000000))});
-	my $a_gdb = gdb_stop_nth(backend_pid_running($node, 'SELECT pg_advisory_lock(42)'), 'LWLockUpdateVar', 200);
+	my $a_gdb = gdb_break(backend_pid_running($node, 'SELECT pg_advisory_lock(42)'), 'LWLockUpdateVar',
+		nth => 200, leave_stopped => 1);
 	$locks->query_safe('SELECT pg_advisory_unlock(42)');
-	ok(gdb_hit_nth($a_gdb, 60, $a_psql->{h}), "$tag: A is stopped inside its record");
+	ok(gdb_wait_hit($a_gdb, 60, $a_psql->{h}), "$tag: A is stopped inside its record");
+	$a_gdb->{h}->finish;
 	$locks->quit;
 	# B goes on: its flush writes up to where A's insertion got, its sync
 	# publishes the ring's head there
@@ -165,7 +150,7 @@ sub first_record_in_page
 	ok($node->start(fail_ok => 1), "$tag: the server starts")
 	  or diag(join("\n", grep { /FATAL|DETAIL|PANIC/ } split /\n/, slurp_file($node->logfile, $offset)));
 	my ($from, $to) = slurp_file($node->logfile, $offset) =~ $restored_re;
-	is(lsn($to // '0/0'), $head, "$tag: restored up to the head, inside the record");
+	is(lsn_num($to // '0/0'), $head, "$tag: restored up to the head, inside the record");
 	if ($node->{_pid})
 	{
 		check_acked($node, $load, $tag);
@@ -221,10 +206,10 @@ for my $variant ('same_segment', 'later_segment')
 	my $ring = $node->{pmwal_ring};
 	my ($tail, $head) = (ring_read_u64($ring, 'tail'), ring_read_u64($ring, 'head'));
 	cmp_ok($head, '>', $tail, "$tag: the ring holds WAL (" . lsn_text($tail) . ' to ' . lsn_text($head) . ')');
-	cmp_ok(lsn($ckpt) - lsn($ckpt) % 8192, '<=', $tail,
+	cmp_ok(lsn_num($ckpt) - lsn_num($ckpt) % 8192, '<=', $tail,
 		"$tag: nothing in the ring is older than the checkpoint ($ckpt, redo $redo)");
 	# the page holding the checkpoint record, zeroed in pg_wal
-	my $page = lsn($ckpt) - lsn($ckpt) % 8192;
+	my $page = lsn_num($ckpt) - lsn_num($ckpt) % 8192;
 	my $saved = wal_rw($node, $page, 8192);
 	wal_rw($node, $page, 8192, "\0" x 8192);
 	my $words = ring_words($node);
@@ -274,7 +259,7 @@ for my $variant ('same_segment', 'later_segment')
 	my $tag = 'resetwal';
 	my $node = quiet_node($tag);
 	stop_server_process($node, $_) for qw(walwriter flusher);
-	my $x = lsn($node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
+	my $x = lsn_num($node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
 	my $beyond = lsn_text($x - $x % $SEG + $SEG + 4 * 8192);
 	my $load = acked_load_start($node, tag => $tag);
 	# commits acknowledged a few pages into the next segment: the ring's
@@ -302,7 +287,7 @@ for my $variant ('same_segment', 'later_segment')
 	command_ok([ 'pg_resetwal', '-f', '-D', $node->data_dir ], "$tag: pg_resetwal -f");
 	my ($control) = run_command([ 'pg_controldata', '-D', $node->data_dir ]);
 	my ($ckpt) = $control =~ /^Latest checkpoint location:\s+(\S+)$/m;
-	ok(defined $ckpt && lsn($ckpt) >= $tail && lsn($ckpt) < $head,
+	ok(defined $ckpt && lsn_num($ckpt) >= $tail && lsn_num($ckpt) < $head,
 		"$tag: the new checkpoint (" . ($ckpt // '?') . ') lies inside the ring\'s range');
 	my $before = wal_fingerprint($node);
 	my $log = start_refused($node, $tag, 'after pg_resetwal');
@@ -320,9 +305,9 @@ for my $variant ('same_segment', 'later_segment')
 	my $node = quiet_node($tag);
 	my $load = short_load($node, $tag);
 	stop_server_process($node, 'walwriter');
-	hold_flusher($node);
+	flusher_hold($node);
 	$node->safe_psql('postgres', 'CHECKPOINT');
-	my $ckpt = lsn($node->safe_psql('postgres', 'SELECT checkpoint_lsn FROM pg_control_checkpoint()'));
+	my $ckpt = lsn_num($node->safe_psql('postgres', 'SELECT checkpoint_lsn FROM pg_control_checkpoint()'));
 	# WAL after the checkpoint, synced by a pass; then more, in the ring
 	my $load2 = short_load($node, "${tag}_2", base => 500_000_000, duration => 1);
 	flusher_pass($node);

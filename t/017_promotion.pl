@@ -43,7 +43,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;

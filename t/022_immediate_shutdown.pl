@@ -34,7 +34,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hE;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -43,9 +43,9 @@ my $started = Time::HiRes::time();
 my $node = quiet_node('node');
 my $ring = $node->{pmwal_ring};
 
-stop_server_process($node, $_) for qw(walwriter flusher);
+quiesce($node);
 my $load = short_load($node, 'load');
-my $held = hold_commit($node, 9_000_000_000);
+my ($held) = hold_commit($node, 'INSERT INTO t VALUES (9000000000)');
 my $st = pmwal_status($node);
 cmp_ok(lsn_num($st->{durable_lsn}), '<', lsn_num($st->{head_lsn}),
 	"acknowledged WAL is in the ring only, not yet synced in pg_wal ($st->{durable_lsn} < $st->{head_lsn})");
@@ -98,9 +98,9 @@ powercut_start($node);
 is($missing, 0, "all $acked commits acknowledged since are there");
 
 # --- negative control: the same, but every process killed --------------------
-stop_server_process($node, $_) for qw(walwriter flusher);
+quiesce($node);
 my $load3 = short_load($node, 'load3', base => 30_000_000_000);
-$held = hold_commit($node, 9_000_000_001);
+($held) = hold_commit($node, 'INSERT INTO t VALUES (9000000001)');
 $cut = powercut($node);
 bg_psql_finish($held);
 cmp_ok($cut->{undone}, '>', 0, 'control: a power cut after a SIGKILL of every process takes WAL');

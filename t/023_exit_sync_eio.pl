@@ -49,7 +49,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hE;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -335,7 +335,7 @@ my $sync_panic = 'PANIC:  could not fsync file "pg_wal/[0-9A-F]{24}": Input/outp
 
 run_case('flusher',
 	who => 'the flusher',
-	prepare => sub { hold_flusher($_[0]) },
+	prepare => sub { flusher_hold($_[0]) },
 	provoke => sub {
 		my ($node) = @_;
 		pause_release($node, 'flusher_loop');
@@ -362,7 +362,7 @@ run_case('ring_full',
 run_case('restart',
 	who => 'the flusher',
 	restart => 'on',
-	prepare => sub { hold_flusher($_[0]) },
+	prepare => sub { flusher_hold($_[0]) },
 	provoke => sub { pause_release($_[0], 'flusher_loop') },
 	panic => $sync_panic);
 

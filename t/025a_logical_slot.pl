@@ -27,7 +27,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -49,7 +50,7 @@ sub scenario
 {
 	my ($tag, $node, $stock) = @_;
 	powercut_start($node);
-	hc_extension($node) unless $stock;
+	create_pmwal($node) unless $stock;
 	$node->safe_psql('postgres', q{CREATE TABLE t (id int PRIMARY KEY);
 SELECT 1 FROM pg_create_logical_replication_slot('s', 'test_decoding')});
 	wait_accelerated($node, 't') or die "$tag: commits are not accelerated" unless $stock;
@@ -63,16 +64,7 @@ SELECT 1 FROM pg_create_logical_replication_slot('s', 'test_decoding')});
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	my $insert = "INSERT INTO t SELECT g FROM generate_series($HELD_FROM, "
 	  . ($HELD_FROM + $HELD_ROWS - 1) . ') g';
-	my ($held, $s);
-	if ($stock)
-	{
-		$s = session($node);
-		gdb_hold_commit($node, $s, "$insert;\n");
-	}
-	else
-	{
-		($held) = hold_commit($node, $insert);
-	}
+	my ($held, $s) = hold_commit_or_stock($node, $insert, $stock);
 	my $flush = $node->safe_psql('postgres', 'SELECT pg_current_wal_flush_lsn()');
 	my $got = decode($node);
 	push @decoded, @$got;
@@ -107,10 +99,10 @@ SELECT 1 FROM pg_create_logical_replication_slot('s', 'test_decoding')});
 
 for my $senders (0, 10)
 {
-	my $node = hc_node("senders$senders", size => '64MB',
+	my $node = mode_node("senders$senders", size => '64MB',
 		init => { allows_streaming => 'logical' },
 		conf => QUIET_WAL . "max_wal_senders = $senders\n");
-	scenario(hc_mode() . ", max_wal_senders = $senders", $node, 0);
+	scenario(mode_name() . ", max_wal_senders = $senders", $node, 0);
 }
 
 unless (OLD_BUILD())

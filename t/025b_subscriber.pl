@@ -24,7 +24,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -50,7 +51,7 @@ CREATE PUBLICATION p FOR TABLE t}) unless $publisher->safe_psql('postgres',
 	$publisher->safe_psql('postgres', 'INSERT INTO t SELECT g FROM generate_series(1, 1000) g');
 
 	powercut_start($sub);
-	hc_extension($sub) unless $stock;
+	create_pmwal($sub) unless $stock;
 	$sub->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY); CREATE TABLE l (id int)');
 	wait_accelerated($sub, 't') or die "$tag: commits are not accelerated" unless $stock;
 	my $connstr = $publisher->connstr . ' dbname=postgres';
@@ -72,16 +73,7 @@ CREATE PUBLICATION p FOR TABLE t}) unless $publisher->safe_psql('postgres',
 		"$tag: X is applied on the subscriber, its commit not yet flushed");
 
 	# another committer writes X's WAL with its own and is held
-	my ($held, $s);
-	if ($stock)
-	{
-		$s = session($sub);
-		gdb_hold_commit($sub, $s, "INSERT INTO l VALUES (1);\n");
-	}
-	else
-	{
-		($held) = hold_commit($sub, 'INSERT INTO l VALUES (1)');
-	}
+	my ($held, $s) = hold_commit_or_stock($sub, 'INSERT INTO l VALUES (1)', $stock);
 	# two rounds of feedback from the apply worker while the commit is held
 	my $t0 = $publisher->safe_psql('postgres', 'SELECT now()');
 	$publisher->poll_query_until('postgres',
@@ -106,7 +98,7 @@ CREATE PUBLICATION p FOR TABLE t}) unless $publisher->safe_psql('postgres',
 	return;
 }
 
-scenario(hc_mode(), hc_node('sub', size => '64MB',
+scenario(mode_name(), mode_node('sub', size => '64MB',
 		conf => QUIET_WAL . "wal_receiver_status_interval = 1s\n"), 0);
 scenario('stock', stock_node('stock_sub', conf => "wal_receiver_status_interval = 1s\n"), 1)
   unless OLD_BUILD();

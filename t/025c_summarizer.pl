@@ -24,7 +24,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -52,7 +53,7 @@ sub scenario
 {
 	my ($tag, $node, $stock) = @_;
 	powercut_start($node);
-	hc_extension($node) unless $stock;
+	create_pmwal($node) unless $stock;
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 	wait_accelerated($node, 't') or die "$tag: commits are not accelerated" unless $stock;
 	$node->safe_psql('postgres', "INSERT INTO t VALUES ($_)") for 1 .. 20;
@@ -73,16 +74,7 @@ sub scenario
 	my $redo = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
 
 	# a committer writes it and is held
-	my ($held, $s);
-	if ($stock)
-	{
-		$s = session($node);
-		gdb_hold_commit($node, $s, "INSERT INTO t VALUES (1000);\n");
-	}
-	else
-	{
-		($held) = hold_commit($node, 'INSERT INTO t VALUES (1000)');
-	}
+	my ($held, $s) = hold_commit_or_stock($node, 'INSERT INTO t VALUES (1000)', $stock);
 	my $flush = $node->safe_psql('postgres', 'SELECT pg_current_wal_flush_lsn()');
 	note("$tag: flush pointer $flush while the commit is held (before the hold: $flush_before; REDO inserted before $redo)");
 
@@ -133,7 +125,7 @@ sub scenario
 	return;
 }
 
-scenario(hc_mode(), hc_node('summarizer', size => '64MB', init => { allows_streaming => 1 }, conf => QUIET_WAL . "max_wal_senders = 0\n"), 0);
+scenario(mode_name(), mode_node('summarizer', size => '64MB', init => { allows_streaming => 1 }, conf => QUIET_WAL . "max_wal_senders = 0\n"), 0);
 scenario('stock PostgreSQL', stock_node('stock', init => { allows_streaming => 1 }, conf => "max_wal_senders = 0\n"), 1) unless OLD_BUILD();
 
 done_testing();

@@ -23,7 +23,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -31,19 +32,13 @@ use IPC::Run ();
 
 my $SEG = 1024 * 1024;
 
-sub insert_lsn
-{
-	my ($node) = @_;
-	return lsn_num($node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
-}
-
 sub scenario
 {
 	my ($tag, $cut_at) = @_;
-	my $node = hc_node($tag, size => '8MB', init => { allows_streaming => 'logical', extra => ['--wal-segsize=1'] },
+	my $node = mode_node($tag, size => '8MB', init => { allows_streaming => 'logical', extra => ['--wal-segsize=1'] },
 		conf => QUIET_WAL . "max_wal_senders = 0\nautovacuum = off\n");
 	powercut_start($node);
-	hc_extension($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres', q{CREATE TABLE t (id int PRIMARY KEY);
 SELECT 1 FROM pg_create_logical_replication_slot('s', 'test_decoding')});
 	wait_accelerated($node, 't') or die "$tag: commits are not accelerated";

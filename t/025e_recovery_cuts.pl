@@ -26,34 +26,12 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
-
-# Start under the power-cut log, held at pmwal's pause point $point in the
-# postmaster; returns once held.
-sub start_paused
-{
-	my ($node, $point) = @_;
-	my $log = $node->basedir . '/powercut.log';
-	unlink $log;
-	$node->{powercut_log} = $log;
-	my $offset = -s $node->logfile;
-	pause_rearm($node, $point);
-	{
-		local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
-		local $ENV{POWERCUT_LOG} = $log;
-		local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
-		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile,
-			'-o', "-c pmwal.test_pause=$point", '-W', 'start');
-	}
-	my $pid = pause_wait($node, $point, $offset, 120);
-	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-	$node->{_pid} = $pm;
-	return $offset;
-}
 
 sub children
 {
@@ -75,16 +53,14 @@ sub children
 	return @pids;
 }
 
-my $primary = hc_node('primary', size => '64MB', init => { allows_streaming => 1 },
+my $primary = mode_node('primary', size => '64MB', init => { allows_streaming => 1 },
 	conf => QUIET_WAL . "wal_keep_size = 1GB\nlog_checkpoints = on\n");
 powercut_start($primary);
-hc_extension($primary);
+create_pmwal($primary);
 $primary->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY); CREATE TABLE f (v text)');
 wait_accelerated($primary, 't') or die 'commits are not accelerated';
 $primary->backup('b');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'b', has_streaming => 1);
-$standby->append_conf('postgresql.conf', "shared_preload_libraries = ''\nwal_retrieve_retry_interval = 200ms\n");
+my $standby = stock_standby($primary, 'standby', 'b', conf => "wal_retrieve_retry_interval = 200ms\n");
 $standby->start;
 
 my @acked = (1 .. 200);
@@ -111,7 +87,7 @@ unless (OLD_BUILD())
 {
 	for my $point (qw(restore_written restore_before_empty bind_after_ring))
 	{
-		my $offset = start_paused($primary, $point);
+		my (undef, $offset) = powercut_start_paused($primary, $point, 120);
 		like(slurp_file($primary->logfile, $offset), qr/pmwal test pause at "$point"/,
 			"the restart is held at $point");
 		$cut = powercut($primary);
@@ -127,25 +103,8 @@ unless (OLD_BUILD())
 # recovery, the history file written): started without a hold.
 {
 	my $point = OLD_BUILD() ? undef : 'bind_after_ring';
-	my $offset;
-	if ($point)
-	{
-		$offset = start_paused($primary, $point);
-	}
-	else
-	{
-		$offset = -s $primary->logfile;
-		unlink $primary->data_dir . '/postmaster.pid';
-		my $log = $primary->basedir . '/powercut.log';
-		unlink $log;
-		$primary->{powercut_log} = $log;
-		local $ENV{LD_PRELOAD} = PmwalTest::powercut_lib();
-		local $ENV{POWERCUT_LOG} = $log;
-		local $ENV{POWERCUT_DIR} = $primary->data_dir . '/pg_wal';
-		system_or_bail('pg_ctl', '-D', $primary->data_dir, '-l', $primary->logfile, '-W', 'start');
-	}
+	my ($pm, $offset) = powercut_start_paused($primary, $point, 120);
 	my $deadline = Time::HiRes::time() + 120;
-	my $pm = $point ? $primary->{_pid} : undef;
 	until ($pm)
 	{
 		die 'no postmaster' if Time::HiRes::time() > $deadline;
@@ -187,14 +146,7 @@ $primary->safe_psql('postgres', "INSERT INTO t VALUES ($_)") for 301 .. 320;
 $primary->poll_query_until('postgres',
 	"SELECT count(*) = 1 FROM pg_stat_replication WHERE state = 'streaming'")
   or diag('the standby does not reconnect');
-eval { $primary->wait_for_catchup($standby, 'replay', $primary->lsn('flush')); 1 }
-  or diag("the standby does not catch up: $@");
-my $rows = 'SELECT count(*), sum(id) FROM t';
-is($standby->safe_psql('postgres', $rows), $primary->safe_psql('postgres', $rows),
-	'the standby follows the primary again and has exactly its rows');
-unlike(slurp_file($standby->logfile),
-	qr/not in this server's history|forked off current database system timeline|requested starting point .* is ahead|new timeline \d+ forked/,
-	'the standby refused nothing');
+standby_follows($primary, $standby, 'after the last cut');
 # the held commit was never acknowledged: it may be lost, or kept (its WAL
 # lay in the page the ring already claimed: the ring holds the newest
 # version of each page it covers, copied before the write), but the

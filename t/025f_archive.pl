@@ -23,7 +23,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -38,7 +39,7 @@ archive_command = 'test -f "$flag" && cp "%p" "$archive/%f"'
 });
 	PostgreSQL::Test::Utils::append_to_file($flag, '');
 	powercut_start($node);
-	hc_extension($node) unless $stock;
+	create_pmwal($node) unless $stock;
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 	wait_accelerated($node, 't') or die "$tag: commits are not accelerated" unless $stock;
 	$node->backup('b');
@@ -66,16 +67,7 @@ archive_command = 'test -f "$flag" && cp "%p" "$archive/%f"'
 	my $seg = $node->safe_psql('postgres', "SELECT pg_walfile_name(pg_current_wal_insert_lsn())");
 	my $sql = "BEGIN; INSERT INTO t VALUES (99999); "
 	  . "SELECT pg_logical_emit_message(true, 'h', repeat('h', 20000)); COMMIT";
-	my ($held, $s);
-	if ($stock)
-	{
-		$s = session($node);
-		gdb_hold_commit($node, $s, "$sql;\n");
-	}
-	else
-	{
-		($held) = hold_commit($node, $sql);
-	}
+	my ($held, $s) = hold_commit_or_stock($node, $sql, $stock);
 	ok(!-e "$status/$seg.ready" && !-e "$status/$seg.done",
 		"$tag: segment $seg, whose finishing sync is held, is not marked for the archiver");
 	cut_held($node, $tag, $held, $s);
@@ -119,8 +111,8 @@ archive_command = 'test -f "$flag" && cp "%p" "$archive/%f"'
 	return;
 }
 
-(my $tag = hc_mode()) =~ s/ /_/g;
-scenario($tag, hc_node('primary', size => '64MB', init => { allows_streaming => 1 }, conf => QUIET_WAL), 0);
+(my $tag = mode_name()) =~ s/ /_/g;
+scenario($tag, mode_node('primary', size => '64MB', init => { allows_streaming => 1 }, conf => QUIET_WAL), 0);
 scenario('stock', stock_node('stock', init => { allows_streaming => 1 }), 1) unless OLD_BUILD();
 
 done_testing();

@@ -18,7 +18,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -43,10 +43,10 @@ for my $cfg ([ 1, '64MB' ], [ 16, '512MB' ])
 {
 	my ($seg, $ring) = @$cfg;
 	my $tag = "${seg} MB segments, $ring ring";
-	my $node = hc_node("seg${seg}", size => $ring, init => { extra => ["--wal-segsize=$seg"] },
+	my $node = mode_node("seg${seg}", size => $ring, init => { extra => ["--wal-segsize=$seg"] },
 		conf => QUIET_WAL);
 	$node->start;
-	hc_extension($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int)');
 	wait_accelerated($node, 't') or die "$tag: commits are not accelerated";
 	$node->safe_psql('postgres', 'CHECKPOINT');

@@ -26,7 +26,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -43,9 +44,9 @@ sub ring_note
 
 # --- 1. a commit during a checkpoint's pg_control sync ------------------------
 {
-	my $node = hc_node('ckpt', size => '64MB', conf => QUIET_WAL . "pmwal.flush_interval = 60s\n");
+	my $node = mode_node('ckpt', size => '64MB', conf => QUIET_WAL . "pmwal.flush_interval = 60s\n");
 	powercut_start($node);
-	hc_extension($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 	wait_accelerated($node, 't') or die 'commits are not accelerated';
 	$node->safe_psql('postgres', "INSERT INTO t VALUES ($_)") for 1 .. 20;
@@ -88,20 +89,28 @@ sub ring_note
 	$node->stop;
 }
 
-# --- 2. the rewritten last page of a segment ----------------------------------
+# A node on 1 MB segments, its flusher held (flusher_sleep: one pass at a
+# time), committed until the insert position lies in the last page of a
+# segment.  Returns the node, the insert position and the segment's end.
+sub segment_end_node
 {
+	my ($name) = @_;
 	my $SEG = 1024 * 1024;
-	my $node = hc_node('segend', size => '64MB', init => { extra => ['--wal-segsize=1'] },
+	my $node = mode_node($name, size => '64MB', init => { extra => ['--wal-segsize=1'] },
 		conf => QUIET_WAL . "pmwal.flush_interval = 10ms\nfull_page_writes = off\nautovacuum = off\n");
 	powercut_start($node);
-	hc_extension($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int); INSERT INTO t VALUES (1); CHECKPOINT');
 	wait_accelerated($node, 't') or die 'commits are not accelerated';
 	$node->safe_psql('postgres', 'INSERT INTO t VALUES (2)');
-	flusher_hold($node);
-
+	flusher_hold($node, at => 'flusher_sleep');
 	my $pos = pad_into_last_page($node, $SEG);
-	my $segend = (int($pos / $SEG) + 1) * $SEG;
+	return ($node, $pos, (int($pos / $SEG) + 1) * $SEG);
+}
+
+# --- 2. the rewritten last page of a segment ----------------------------------
+{
+	my ($node, $pos, $segend) = segment_end_node('segend');
 	note(sprintf('segend: the insert position %X/%X is in the last page of the segment ending at %X/%X',
 		$pos / 2**32, $pos % 2**32, $segend / 2**32, $segend % 2**32));
 	flusher_pass($node);
@@ -139,17 +148,7 @@ sub ring_note
 # (C2) rewrites that page in pg_wal and PostgreSQL syncs it itself: C2 is
 # held by gdb before that sync (issue_xlog_fsync) when the power goes.
 {
-	my $SEG = 1024 * 1024;
-	my $node = hc_node('retire', size => '64MB', init => { extra => ['--wal-segsize=1'] },
-		conf => QUIET_WAL . "pmwal.flush_interval = 10ms\nfull_page_writes = off\nautovacuum = off\n");
-	powercut_start($node);
-	hc_extension($node);
-	$node->safe_psql('postgres', 'CREATE TABLE t (id int); INSERT INTO t VALUES (1); CHECKPOINT');
-	wait_accelerated($node, 't') or die 'commits are not accelerated';
-	$node->safe_psql('postgres', 'INSERT INTO t VALUES (2)');
-	flusher_hold($node);
-	my $pos = pad_into_last_page($node, $SEG);
-	my $segend = (int($pos / $SEG) + 1) * $SEG;
+	my ($node, $pos, $segend) = segment_end_node('retire');
 	flusher_pass($node);
 	is(lsn_num(pmwal_status($node)->{durable_lsn}), $segend, 'retire: pmwal synced pg_wal up to the end of the segment');
 	$node->safe_psql('postgres', 'INSERT INTO t VALUES (100)');
@@ -165,7 +164,7 @@ sub ring_note
 	# C2's write is the first the ring cannot take: it retires the ring,
 	# then rewrites the page in pg_wal, and PostgreSQL syncs it itself.
 	# C2 is held by gdb before that sync.
-	my $s = session($node);
+	my $s = psql_session($node);
 	gdb_hold_commit($node, $s,
 		"BEGIN; INSERT INTO t VALUES (101); SELECT pg_logical_emit_message(true, 'c2', repeat('y', 20000)); COMMIT;\n");
 	my $st = ring_note($node, 'retire: C2 held after the ring retired');

@@ -28,25 +28,24 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $primary = hc_node('primary', size => '16MB', init => { allows_streaming => 1 },
+my $primary = mode_node('primary', size => '16MB', init => { allows_streaming => 1 },
 	conf => QUIET_WAL . "wal_keep_size = 1GB\n");
 # the ring is cut too: a line the held process copied but did not drain
 # (write_before_drain) may survive or not, at random (seed noted)
 $primary->{ring_cut} = 'random';
 powercut_start($primary);
-hc_extension($primary);
+create_pmwal($primary);
 $primary->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 wait_accelerated($primary, 't') or die 'commits are not accelerated';
 $primary->backup('b');
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'b', has_streaming => 1);
-$standby->append_conf('postgresql.conf',
-	"shared_preload_libraries = ''\nwal_receiver_status_interval = 1s\nwal_retrieve_retry_interval = 200ms\n");
+my $standby = stock_standby($primary, 'standby', 'b',
+	conf => "wal_receiver_status_interval = 1s\nwal_retrieve_retry_interval = 200ms\n");
 $standby->start;
 my $start = lsn_num($primary->safe_psql('postgres', 'SELECT pg_current_wal_lsn()'));
 
@@ -104,14 +103,7 @@ for my $point (@points)
 	$primary->safe_psql('postgres', "INSERT INTO t VALUES ($_)") for $next .. $next + 19;
 	push @acked, $next .. $next + 19;
 	$next += 20;
-	eval { $primary->wait_for_catchup($standby, 'replay', $primary->lsn('flush')); 1 }
-	  or diag("$point: the standby does not catch up: $@");
-	my $rows = 'SELECT count(*), sum(id) FROM t';
-	is($standby->safe_psql('postgres', $rows), $primary->safe_psql('postgres', $rows),
-		"$point: the standby follows the restarted primary and has exactly its rows");
-	unlike(slurp_file($standby->logfile),
-		qr/not in this server's history|forked off current database system timeline|requested starting point .* is ahead|new timeline \d+ forked/,
-		"$point: the standby refused nothing");
+	standby_follows($primary, $standby, $point);
 }
 
 $standby->stop;

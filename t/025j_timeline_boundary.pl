@@ -11,7 +11,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -19,12 +19,12 @@ use Test::More;
 plan skip_all => 'the old build has no durable point of this kind' if OLD_BUILD();
 
 my $SEG = 16 * 1024 * 1024;
-my $primary = hc_node('primary', size => '64MB', init => { allows_streaming => 1 }, conf => QUIET_WAL);
+my $primary = mode_node('primary', size => '64MB', init => { allows_streaming => 1 }, conf => QUIET_WAL);
 $primary->start;
-hc_extension($primary);
+create_pmwal($primary);
 $primary->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 $primary->backup('b');
-my $standby = hc_standby($primary, 'standby', 'b', size => '64MB', conf => QUIET_WAL);
+my $standby = mode_standby($primary, 'standby', 'b', size => '64MB', conf => QUIET_WAL);
 $standby->start;
 
 $primary->safe_psql('postgres', "INSERT INTO t VALUES ($_)") for 1 .. 10;

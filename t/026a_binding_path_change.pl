@@ -23,18 +23,19 @@
 #	    ring: refused, pg_wal unchanged; back on the new ring every later
 #	    start works.  (With pmwal not loaded in between: t/026b.)
 #
-# On the build before the binding (PMWAL_TEST_LIBDIR=/work/old, see t/hD.pm)
-# each case prints what it did; every refusal check fails there.  Each case
-# that must be refused starts from the same saved scene (the data directory
-# and the ring right after the cut), so that one case's damage on the old
-# build does not decide the next.
+# On the build before the binding (PMWAL_TEST_LIBDIR=/work/old, see
+# t/PmwalTest/OldBuild.pm) each case prints what it did; every refusal check
+# fails there.  Each case that must be refused starts from the same saved
+# scene (the data directory and the ring right after the cut), so that one
+# case's damage on the old build does not decide the next.
 use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hD;
+use PmwalTest::OldBuild;
+use PmwalTest::Binding;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -55,7 +56,7 @@ my $id = qr/[0-9a-f]{32}/;
 sub scene_back
 {
 	my ($scene) = @_;
-	return unless delete $node->{hd_started_unexpectedly};
+	return unless delete $node->{started_unexpectedly};
 	scene_restore($node, $scene);
 	unlink $R2;
 }
@@ -121,7 +122,7 @@ scene_back('cut1');
 # 1e. the binding file is damaged (both slots)
 SKIP:
 {
-	skip 'the old build has no binding file', 6 if old_build();
+	skip 'the old build has no binding file', 6 if testing_old_build();
 	my $b = binding_path($node);
 	my $saved = slurp_file($b);
 	my $bad = $saved;
@@ -180,7 +181,7 @@ cmp_ok($missing, '>', 0, "1g: without the ring, acknowledged commits are lost ($
 ok(ring_holds($R), '1g: the abandoned ring still holds its WAL');
 my $binding = binding_current($node);
 is($binding && $binding->{path}, $R2, '1g: the data directory is bound to the new ring')
-  unless old_build();
+  unless testing_old_build();
 
 # 2a. new WAL past the old ring's head, a clean stop, back to the old ring
 wal_past($node, $H + 1024 * 1024);
@@ -217,7 +218,7 @@ refused_without_writing($node, '2b back to the abandoned ring after the checkpoi
 	hint => qr/pmwal|pmwal\.path/,
 	on_started => sub { case_line('2b: the server started on the abandoned ring') });
 # the safe way: the ring the data directory is bound to; every later start
-set_conf($node, 'pmwal.path' => $R2) unless old_build();
+set_conf($node, 'pmwal.path' => $R2) unless testing_old_build();
 for my $try (1 .. 3)
 {
 	($up, $log) = try_start($node);

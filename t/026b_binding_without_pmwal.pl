@@ -14,16 +14,17 @@
 # discards the dead ring (pmwal_ctl reset --discard-wal, what the hint
 # offers), every later start works and has the new history.
 #
-# The build before the binding (PMWAL_TEST_LIBDIR=/work/old, t/hD.pm)
-# restored the old ring over the new history: 2d then PANICked ("could not
-# find redo location") at every later start.
+# The build before the binding (PMWAL_TEST_LIBDIR=/work/old,
+# t/PmwalTest/OldBuild.pm) restored the old ring over the new history: 2d
+# then PANICked ("could not find redo location") at every later start.
 use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hD;
+use PmwalTest::OldBuild;
+use PmwalTest::Binding;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -56,7 +57,7 @@ sub start_without_pmwal
 sub later_starts
 {
 	my ($case, $marker) = @_;
-	ring_discard($R) unless old_build();
+	ring_discard($R) unless testing_old_build();
 	my ($up, $log);
 	for my $try (1 .. 3)
 	{

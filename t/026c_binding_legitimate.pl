@@ -23,7 +23,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hD;
+use PmwalTest::OldBuild;
+use PmwalTest::Binding;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -55,7 +56,7 @@ sub start_ok
 sub bound_to
 {
 	my ($ring, $case) = @_;
-	return if old_build();
+	return if testing_old_build();
 	my $b = binding_current($node);
 	is($b && $b->{path}, $ring, "$case: the binding names the ring's path")
 	  or diag(explain(binding_file($node)));
@@ -63,7 +64,7 @@ sub bound_to
 	return;
 }
 
-sub rows { return $node->safe_psql('postgres', 'SELECT count(*) FROM f'); }
+sub f_rows { return $node->safe_psql('postgres', 'SELECT count(*) FROM f'); }
 
 # --- L1 -------------------------------------------------------------------
 start_ok('L1 before');
@@ -75,10 +76,10 @@ rename $R, $R3 or die "rename: $!";
 set_conf($node, 'pmwal.path' => $R3);
 my $log = start_ok('L1 ring moved after a clean stop');
 like($log, qr/pmwal bound ring "\Q$R3\E" \(ring $id\) to this data directory/,
-	'L1: the moved ring is bound at its new path') unless old_build();
+	'L1: the moved ring is bound at its new path') unless testing_old_build();
 bound_to($R3, 'L1');
-cmp_ok(ring_gen($R3), '>', $gen, 'L1: the ring\'s generation moved on') unless old_build();
-is(rows(), 1, 'L1: the data is there');
+cmp_ok(ring_gen($R3), '>', $gen, 'L1: the ring\'s generation moved on') unless testing_old_build();
+is(f_rows(), 1, 'L1: the data is there');
 $node->stop;
 ok(!-e $R, 'L1: nothing was created at the old path');
 
@@ -103,7 +104,7 @@ my $off = -s $node->logfile;
 $node->stop('immediate');
 like(slurp_file($node->logfile, $off),
 	qr/pmwal synced pg_wal after the last server process exited; the ring is empty/,
-	'L3: the last process synced pg_wal and emptied the ring') unless old_build();
+	'L3: the last process synced pg_wal and emptied the ring') unless testing_old_build();
 ok(!ring_holds($R4), 'L3: the ring holds no WAL after the immediate stop');
 set_conf($node, 'pmwal.path' => $R5);
 start_ok('L3 new pmwal.path after an immediate stop');
@@ -116,17 +117,17 @@ $node->stop;
 # held here: it never accelerates; L4 is run on the binding build only)
 SKIP:
 {
-skip 'L4 holds the flusher, which the old build needs to accelerate', 1 if old_build();
+skip 'L4 holds the flusher, which the old build needs to accelerate', 1 if testing_old_build();
 # the ring bound at a generation of at least 5 (flusher passes), so that the
 # binding file's slots hold generations above a new ring's first one
 start_ok('L4 before');
 for (1 .. 600)
 {
-	last if old_build() || ring_gen($R5) >= 5;
+	last if testing_old_build() || ring_gen($R5) >= 5;
 	$node->safe_psql('postgres', q{INSERT INTO f VALUES (4, 'L4')});
 	Time::HiRes::sleep(0.1);
 }
-cmp_ok(ring_gen($R5), '>=', 5, 'L4: the ring\'s generation is at least 5') unless old_build();
+cmp_ok(ring_gen($R5), '>=', 5, 'L4: the ring\'s generation is at least 5') unless testing_old_build();
 $node->stop;
 note('L4: binding file before the change: ', explain(binding_file($node)));
 # a new ring; the flusher held at its first loop, before any pass
@@ -145,7 +146,7 @@ refused_without_writing($node, 'L4 the previous ring after the cut', files => [ 
 		my ($n, $missing, $how) = acked_missing($node, $load);
 		case_line("L4 the previous ring after the cut: the server started; $missing of $n acknowledged commits missing (counted by $how)");
 	});
-scene_restore($node, 'l4') if delete $node->{hd_started_unexpectedly};
+scene_restore($node, 'l4') if delete $node->{started_unexpectedly};
 set_conf($node, 'pmwal.path' => $R6);
 $log = start_ok('L4 the new ring after the cut');
 if ($node->{_pid})
@@ -174,7 +175,7 @@ $base += 100_000_000;
 set_conf($node, 'pmwal.path' => '');
 $log = start_ok("L5 pmwal.path = '' after a clean stop");
 like($log, qr/pmwal is inactive because pmwal\.path is not set; the data directory is no longer bound to a ring/,
-	'L5: the binding is given up, and the log says so') unless old_build();
+	'L5: the binding is given up, and the log says so') unless testing_old_build();
 ok(!-e binding_path($node), 'L5: no binding file');
 $node->safe_psql('postgres', q{INSERT INTO f VALUES (5, 'L5')});
 $node->stop;
@@ -204,7 +205,7 @@ $id = ring_id($R6);
 set_conf($node, 'pmwal.size' => '32MB');
 $log = start_ok('L7 pmwal.size changed after a clean stop');
 like($log, qr/pmwal re-initialising empty ring "\Q$R6\E" from 64 MB to 32 MB/, 'L7: the ring is re-initialised');
-is(ring_id($R6), $id, 'L7: the ring keeps its ring_id') unless old_build();
+is(ring_id($R6), $id, 'L7: the ring keeps its ring_id') unless testing_old_build();
 bound_to($R6, 'L7');
 $node->stop;
 

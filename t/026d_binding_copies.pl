@@ -31,7 +31,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hD;
+use PmwalTest::OldBuild;
+use PmwalTest::Binding;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use PostgreSQL::Test::RecursiveCopy;
@@ -139,13 +140,13 @@ my $q4;
 ($load) = ring_only_cut($p4, tag => 'p4', commits => 1500,
 	# the copy is taken while P runs, the flusher held (no pass after it)
 	before_load => sub {
-		hold_flusher($p4);
+		stop_server_process($p4, 'flusher');
 		$p4->safe_psql('postgres', 'CHECKPOINT');
 		$q4 = copy_of($p4, 'q4');
 	},
 	flusher_runs => 1);
 is(ring_gen($R4), binding_current($q4) && binding_current($q4)->{generation},
-	'3d: the copy\'s binding is at the ring\'s generation') unless old_build();
+	'3d: the copy\'s binding is at the ring\'s generation') unless testing_old_build();
 refused_without_writing($q4, '3d a copy of the running P started first',
 	files => [ $R4, wal_files($p4) ],
 	fatal => qr/pmwal ring "\Q$R4\E"/,
@@ -170,18 +171,18 @@ my $copy_gen;
 		$copy_gen = ring_gen($Rc);
 		for (1 .. 600)
 		{
-			last if old_build();
+			last if testing_old_build();
 			my $b = binding_current($s);
 			last if $b && $b->{generation} > $copy_gen;
 			Time::HiRes::sleep(0.05);
 		}
-		hold_flusher($s);
+		stop_server_process($s, 'flusher');
 		my $now = $s->safe_psql('postgres', 'SELECT count(*) FROM t');
 		$s->poll_query_until('postgres', 'SELECT count(*) >= ' . ($now + 1000) . ' FROM t');
 	});
 ok(ring_holds($Rc), '5a: the copy holds WAL');
 cmp_ok(binding_current($s)->{generation}, '>', $copy_gen,
-	'5a: a flusher pass since the copy is recorded in the binding file') unless old_build();
+	'5a: a flusher pass since the copy is recorded in the binding file') unless testing_old_build();
 rename $RS, $Rreal or die;
 File::Copy::copy($Rc, $RS) or die;
 chmod 0600, $RS;
@@ -224,7 +225,7 @@ refused_without_writing($s, '5b\' the empty older copy at the bound path, a new 
 		my ($n, $missing, $how) = acked_missing($s, $load);
 		case_line("5b' the empty older copy, a new path: the server started; $missing of $n acknowledged commits missing (counted by $how)");
 	});
-if (delete $s->{hd_started_unexpectedly})
+if (delete $s->{started_unexpectedly})
 {
 	# the data directory went on without the ring: give it back its state
 	# after the cut (nothing of it was saved): this case ends the 5b checks

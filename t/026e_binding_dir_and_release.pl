@@ -19,7 +19,8 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hD;
+use PmwalTest::OldBuild;
+use PmwalTest::Binding;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -44,7 +45,7 @@ is($shm[2] & 07777, 01777, '4: /dev/shm is sticky and writable by everyone');
 like($R, qr{^/dev/shm/}, '4: the node\'s ring is in /dev/shm');
 my ($up, $log) = try_start($node);
 ok($up, '4: a ring in /dev/shm (sticky, owned by root) is accepted') or diag($log);
-create_ext($node) if $up;
+create_pmwal($node) if $up;
 $node->stop if $up;
 
 SKIP:
@@ -96,7 +97,7 @@ my $rel;
 	$rel = pmwal_node('release', conf => "autovacuum = off\n");
 }
 $rel->start;
-create_ext($rel);
+create_pmwal($rel);
 $rel->safe_psql('postgres', 'CREATE TABLE t (id int)');
 
 my ($rc, $out, $err) = $rel->psql('postgres', q{SET pmwal.test_pause = 'flusher_sleep'});
@@ -139,7 +140,7 @@ $rel->stop;
 # the test build has it
 SKIP:
 {
-	skip 'the build under test is the old one (pause points always in)', 2 if old_build();
+	skip 'the build under test is the old one (pause points always in)', 2 if testing_old_build();
 	$node->start;
 	($rc, $out, $err) = $node->psql('postgres', q{SET pmwal.test_pause = 'no_such_point'; SHOW pmwal.test_pause});
 	is($rc, 0, '6: the test build has pmwal.test_pause') or diag($err);

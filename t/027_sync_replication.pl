@@ -50,8 +50,9 @@
 # longer running, while the commit waits.
 #
 # The standby-ahead hazard (a primary holding WAL written but not durable
-# while a standby streams) is t/027a; the relation map, checkpoint record
-# and data page windows are t/027b and t/027c.
+# while a standby streams) is t/027a; WAL before data (the relation map,
+# the checkpoint record, data pages) is t/027b, a checkpoint's real sync
+# racing commits t/027c.
 use strict;
 use warnings;
 use FindBin;
@@ -59,7 +60,8 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HhTest;
+use PmwalTest::Hold;
+use PmwalTest::SyncRep;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -68,30 +70,11 @@ my $started = Time::HiRes::time();
 my @levels = qw(remote_write on remote_apply);
 
 # --- the pmwal primary and its two synchronous standbys ---------------------
-my $primary = pmwal_node('primary', size => '64MB', init => { allows_streaming => 1 },
-	conf => QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\n");
-# the ring's power cut too: what libpmem did not drain is lost
-$primary->{ring_cut} = 'durable';
-powercut_start($primary);
-$primary->safe_psql('postgres',
-	'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY)');
-wait_accelerated($primary, 't') or die 'commits are not accelerated';
-$primary->backup('b');
-
-# the backup's postgresql.conf names the primary's ring: "stock" loads no
-# pmwal, "pmsb" gets a ring of its own
-my $stock = PostgreSQL::Test::Cluster->new('stock');
-$stock->init_from_backup($primary, 'b', has_streaming => 1);
-$stock->append_conf('postgresql.conf',
-	"shared_preload_libraries = ''\nwal_retrieve_retry_interval = 200ms\n");
-$stock->start;
-my $pmsb = pmwal_standby($primary, 'pmsb', 'b', size => '16MB',
-	conf => "wal_retrieve_retry_interval = 200ms\n");
-$pmsb->start;
-my @standbys = ($stock, $pmsb);
-
-$primary->safe_psql('postgres',
-	"ALTER SYSTEM SET synchronous_standby_names = 'FIRST 2 (stock, pmsb)'; SELECT pg_reload_conf()");
+# (the ring's power cut too: what libpmem did not drain is lost); "stock"
+# loads no pmwal, "pmsb" runs it on a ring of its own
+my $primary = syncrep_primary();
+my @standbys = sync_standbys($primary, 1);
+my ($stock, $pmsb) = @standbys;
 ok(wait_sync_standbys($primary, 2), 'both standbys stream as synchronous standbys');
 is(pmwal_status($primary)->{accelerated}, 'true',
 	'synchronous standbys: pmwal still answers the WAL syncs (no stand-aside)');
@@ -142,7 +125,7 @@ for my $level (@levels)
 		$sb->poll_query_until('postgres',
 			'SELECT pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn()')
 		  or die "$level: " . $sb->name . ' does not replay what it received';
-		is(acked_missing($sb, $load), 0,
+		is((acked_missing($sb, $load))[1], 0,
 			"$level: every acknowledged commit is on standby " . $sb->name);
 	}
 
@@ -156,7 +139,7 @@ for my $level (@levels)
 	powercut_start($primary);
 	like(slurp_file($primary->logfile, $offset), qr/pmwal restored WAL/,
 		"$level: the primary restored its ring");
-	is(acked_missing($primary, $load), 0,
+	is((acked_missing($primary, $load))[1], 0,
 		"$level: every acknowledged commit is on the primary after the power cut");
 	ok(wait_sync_standbys($primary, 2),
 		"$level: both standbys stream from the restarted primary again");
@@ -217,7 +200,7 @@ for my $level (@levels)
 {
 	$id++;
 	my ($sb, $what) = @{ $hold{$level} };
-	my $s = session($primary);
+	my $s = client_session($primary);
 	my $before = pmwal_status($primary);
 	my $pid = hold_proc($sb, $what);
 	my ($r, $xid) = observe($primary, $s, $id, $level);
@@ -253,7 +236,7 @@ for my $level (@levels)
 sub wait_case
 {
 	my ($node, $sb, $id, $how) = @_;
-	my $s = session($node);
+	my $s = client_session($node);
 	my $pid = hold_proc($sb, 'walreceiver');
 	my ($r, $xid) = observe($node, $s, $id, 'on');
 	my %after;
@@ -298,12 +281,11 @@ my %expect_after = (
 		visible => 1, status => 'committed', running => 'f' });
 
 # the control: a primary without pmwal and its stock synchronous standby
-my $ctl = stock_primary('control');
+my $ctl = stock_node('control', init => { allows_streaming => 1 }, quiet_wal => 0);
 $ctl->start;
 $ctl->safe_psql('postgres', 'CREATE TABLE t (id bigint PRIMARY KEY)');
 $ctl->backup('cb');
-my $ctl_sb = PostgreSQL::Test::Cluster->new('control_sb');
-$ctl_sb->init_from_backup($ctl, 'cb', has_streaming => 1);
+my $ctl_sb = stock_standby($ctl, 'control_sb', 'cb');
 $ctl_sb->start;
 $ctl->safe_psql('postgres',
 	"ALTER SYSTEM SET synchronous_standby_names = 'control_sb'; SELECT pg_reload_conf()");

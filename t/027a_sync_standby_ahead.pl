@@ -42,33 +42,17 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HhTest;
+use PmwalTest::Hold;
+use PmwalTest::SyncRep;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $started = Time::HiRes::time();
 
-my $primary = pmwal_node('primary', size => '64MB', init => { allows_streaming => 1 },
-	conf => QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\nsynchronous_commit = on\n");
-$primary->{ring_cut} = 'durable';
-powercut_start($primary);
-$primary->safe_psql('postgres',
-	'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY)');
-wait_accelerated($primary, 't') or die 'commits are not accelerated';
-$primary->backup('b');
-
-my $stock = PostgreSQL::Test::Cluster->new('stock');
-$stock->init_from_backup($primary, 'b', has_streaming => 1);
-$stock->append_conf('postgresql.conf',
-	"shared_preload_libraries = ''\nwal_retrieve_retry_interval = 200ms\n");
-$stock->start;
-my $pmsb = pmwal_standby($primary, 'pmsb', 'b', size => '16MB',
-	conf => "wal_retrieve_retry_interval = 200ms\n");
-$pmsb->start;
-my @standbys = ($stock, $pmsb);
-$primary->safe_psql('postgres',
-	"ALTER SYSTEM SET synchronous_standby_names = 'FIRST 2 (stock, pmsb)'; SELECT pg_reload_conf()");
+my $primary = syncrep_primary(conf => "synchronous_commit = on\n");
+my @standbys = sync_standbys($primary, 1);
+my ($stock, $pmsb) = @standbys;
 wait_sync_standbys($primary, 2) or die 'the standbys do not stream';
 
 # Commit $from .. $to one by one in one session; each is acknowledged once
@@ -76,7 +60,7 @@ wait_sync_standbys($primary, 2) or die 'the standbys do not stream';
 sub commit_range
 {
 	my ($from, $to) = @_;
-	my $s = session($primary);
+	my $s = client_session($primary);
 	send_and_wait($s, "INSERT INTO t VALUES ($_);\n", qr/INSERT 0 1/) for $from .. $to;
 	session_close($s);
 	return ($from .. $to);
@@ -126,7 +110,7 @@ sub restart_and_compare
 	}
 	$_->start for @standbys;
 	ok(wait_sync_standbys($primary, 2), "$tag: both standbys stream from the restarted primary");
-	my $s = session($primary);
+	my $s = client_session($primary);
 	send_and_wait($s, "INSERT INTO t VALUES (-$from);\n", qr/INSERT 0 1/);
 	session_close($s);
 	for my $sb (@standbys)
@@ -157,7 +141,7 @@ sub restart_and_compare
 	my $head_before = pmwal_status($primary)->{head_lsn};
 	my $offset = -s $primary->logfile;
 	pause_rearm($primary, 'sync_before_publish');
-	my $held = session($primary);
+	my $held = client_session($primary);
 	send_and_wait($held, "SET pmwal.test_pause = 'sync_before_publish';\n", qr/^SET$/m);
 	send_and_wait($held, "INSERT INTO t VALUES ($held_id);\n");
 	is(pause_wait($primary, 'sync_before_publish', $offset), $held->{pid},
@@ -227,7 +211,7 @@ sub restart_and_compare
 	my @acked = commit_range(2001, 2050);
 	my $waiting_id = 3000;
 	my $receiver = hold_proc($pmsb, 'walreceiver');
-	my $s = session($primary);
+	my $s = client_session($primary);
 	send_and_wait($s, "INSERT INTO t VALUES ($waiting_id);\n");
 	wait_syncrep_wait($primary, $s->{pid});
 	ok($stock->poll_query_until('postgres', "SELECT count(*) = 1 FROM t WHERE id = $waiting_id"),

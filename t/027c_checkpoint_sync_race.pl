@@ -29,16 +29,16 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HhTest;
+use PmwalTest::SyncRep;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $w = windows_setup();
-my ($primary, $standby) = @$w{qw(primary standby)};
+my $pair = sync_pair();
+my ($primary, $standby) = @$pair{qw(primary standby)};
 my $tag = 'checkpoint sync race';
 
-my $load = w_start_load($w, $tag);
+my $load = pair_load_start($pair, $tag);
 my $offset = -s $primary->logfile;
 pause_rearm($primary, $_) for qw(durable_after_sync control_after_sync);
 $primary->safe_psql('postgres',
@@ -51,7 +51,7 @@ is($pid, $ckpt_pid, "$tag: the checkpointer is held after its real sync, before 
 # the next start must not hold anything
 $primary->safe_psql('postgres', 'ALTER SYSTEM RESET pmwal.test_pause');
 my $durable = pmwal_status($primary)->{durable_lsn};
-w_wait_rows($w, $load, 300);
+pair_wait_rows($pair, $load, 300);
 my $status = pmwal_status($primary);
 cmp_ok(lsn_num($status->{head_lsn}), '>', lsn_num($durable),
 	"$tag: commits acknowledged meanwhile are in the ring beyond the synced WAL ($durable .. $status->{head_lsn})");
@@ -61,13 +61,13 @@ is(pause_wait($primary, 'control_after_sync', $offset), $ckpt_pid,
 	"$tag: the checkpointer freed the ring and is held before it writes pg_control");
 $status = pmwal_status($primary);
 note("$tag: the ring now holds [$status->{tail_lsn}, $status->{head_lsn}), durable to $status->{durable_lsn}");
-w_wait_rows($w, $load, 100);
+pair_wait_rows($pair, $load, 100);
 
-my ($acked, $without, $err) = w_cut($w, $tag, $load);
+my ($acked, $without, $err) = pair_cut($pair, $tag, $load);
 bg_psql_finish($ckpt);
 ok(!defined $without || $without > 0,
 	"$tag: negative control: without its ring the primary lacks " . ($without // 'all') . ' acknowledged commits');
-w_restart_and_check($w, $tag, $load, $acked);
+pair_restart_and_check($pair, $tag, $load, $acked);
 
 $standby->stop;
 $primary->stop;

@@ -29,7 +29,7 @@ use lib $FindBin::RealBin;
 
 use File::Path qw(make_path);
 use PmwalTest;
-use HcTest;
+use PmwalTest::OldBuild;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -41,10 +41,10 @@ my $SEG = 1024 * 1024;
 sub scenario
 {
 	my ($tag, $leaf, $shutdown) = @_;
-	my $node = hc_node($tag, size => '64MB', init => { extra => ['--wal-segsize=1'] },
+	my $node = mode_node($tag, size => '64MB', init => { extra => ['--wal-segsize=1'] },
 		conf => QUIET_WAL . "pmwal.flush_interval = 10ms\nautovacuum = off\nmin_wal_size = 32MB\n");
 	powercut_start($node);
-	hc_extension($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int)');
 	# recycled segments ahead of the insert position
 	$node->safe_psql('postgres', 'INSERT INTO t VALUES (0); SELECT pg_switch_wal()') for 1 .. 6;

@@ -37,7 +37,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -51,14 +51,12 @@ $primary->safe_psql('postgres', 'INSERT INTO t VALUES (1)');
 
 my $DB_IN_PRODUCTION = 6;
 
-sub scenario
+# Promote the standby with its startup process held by gdb at
+# update_controlfile() writing DB_IN_PRODUCTION (leave_stopped): recovery
+# has ended for backends, pg_control on disk still says in recovery.
+sub promote_held
 {
-	my ($case, %o) = @_;
-	my $standby = pmwal_standby($primary, $case, 'b', size => '64MB',
-		conf => QUIET_WAL . ($o{stock} ? "pmwal.path = ''\n" : ''));
-	powercut_start($standby);
-	$primary->wait_for_catchup($standby);
-
+	my ($standby, $case) = @_;
 	my $startup = $standby->safe_psql('postgres',
 		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup'});
 	my $gdb = gdb_break($startup,
@@ -70,6 +68,18 @@ sub scenario
 	$gdb->{h}->finish;
 	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
 	  or die "$case: recovery does not end";
+	return;
+}
+
+sub scenario
+{
+	my ($case, %o) = @_;
+	my $standby = pmwal_standby($primary, $case, 'b', size => '64MB',
+		conf => QUIET_WAL . ($o{stock} ? "pmwal.path = ''\n" : ''));
+	powercut_start($standby);
+	$primary->wait_for_catchup($standby);
+
+	promote_held($standby, $case);
 	like(`pg_controldata -D ${\ $standby->data_dir }`, qr/Database cluster state:\s+in archive recovery/,
 		"$case: pg_control on disk still says in archive recovery");
 
@@ -128,16 +138,7 @@ sub crash_restart
 		conf => QUIET_WAL . "restart_after_crash = on\n");
 	$standby->start;
 	$primary->wait_for_catchup($standby);
-	my $startup = $standby->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup'});
-	my $gdb = gdb_break($startup,
-		"*update_controlfile if *(int *)(\$rsi + 16) == $DB_IN_PRODUCTION",
-		leave_stopped => 1);
-	$standby->safe_psql('postgres', 'SELECT pg_promote(false)');
-	ok(gdb_wait_hit($gdb, 120), "$case: the startup process is held writing DB_IN_PRODUCTION");
-	$gdb->{h}->finish;
-	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die "$case: recovery does not end";
+	promote_held($standby, $case);
 	$standby->safe_psql('postgres', "INSERT INTO t VALUES ($_)") for 100 .. 104;
 	my $s = psql_session($standby);
 	my $victim = session_pid($s);

@@ -1,6 +1,16 @@
 # PmwalTest.pm
 #		What every pmwal TAP test needs: a node that preloads pmwal on an
-#		emulated ring of its own in /dev/shm, and access to the ring's bytes.
+#		emulated ring of its own in /dev/shm (and a stock one for controls),
+#		the simulated power cut, committing load counted client-side, pause
+#		points, gdb, interactive sessions, the negative control without the
+#		ring, and the bytes of the ring, of pg_wal and of data files.
+#
+# The helpers of some tests build on it, each in a module named by its role:
+#	PmwalTest::Hold      processes held at a moment: a committer in its
+#	                     WAL sync, the flusher one pass at a time, a standby
+#	PmwalTest::OldBuild  the old build (pmwal 1.1) as a negative control
+#	PmwalTest::Binding   the ring binding: binding file, refused starts
+#	PmwalTest::SyncRep   a primary with synchronous standbys
 #
 # The ring layout used here is documented in src/ring_format.h and docs/ring-format.md.
 package PmwalTest;
@@ -152,6 +162,10 @@ sub twophase_state_file
 	  glob($node->data_dir . '/pg_twophase/*');
 	return $file;
 }
+
+# The major version of the server under test (pg_config's).
+push @EXPORT, qw(server_major);
+sub server_major { return $server_major; }
 
 sub server_version_num
 {
@@ -855,7 +869,8 @@ sub pause_rearm
 # Interactive psql sessions: SQL sent through a pipe, stdout and stderr in
 # one buffer (WARNINGs and DETAILs included), so that a test sees what the
 # client saw, in order.  Options: db (postgres), on_error_stop (1), tags
-# (0: -q, no command tags).
+# (0: -q, no command tags), pid (0: with 1, the backend's pid is asked for
+# at once and kept in {pid}).
 push @EXPORT, qw(psql_session send_and_wait session_pid session_output session_pumpable
   session_close session_end);
 
@@ -867,7 +882,13 @@ sub psql_session
 		[ 'psql', $o{tags} ? '-XAt' : '-XAtq', '-v', 'ON_ERROR_STOP=' . ($o{on_error_stop} // 1),
 		  '-d', $node->connstr($o{db} // 'postgres'), '-f', '-' ],
 		'<', \$in, '>&', \$out);
-	return { h => $h, in => \$in, out => \$out };
+	my $s = { h => $h, in => \$in, out => \$out };
+	if ($o{pid})
+	{
+		$s->{pid} = session_pid($s);
+		${ $s->{out} } = '';
+	}
+	return $s;
 }
 
 # Send $sql; unless $re is undef, wait until the output (since this call)
@@ -1042,11 +1063,16 @@ sub lsn_num
 # Negative control for a power cut: start a copy of the stopped node's data
 # directory without its ring (pmwal.path = '') and run $sql there.  Returns
 # the result, or undef if the copy cannot even start.  What the copy lacks
-# is exactly what only the ring held.
+# is exactly what only the ring held.  Options: conf (settings for the
+# copy), fail_ok (a failing query does not die: returns the result, undef
+# if the copy does not start or the query fails, and the error output --
+# a data page ahead of the copy's WAL makes any process that writes it out
+# fail: "xlog flush request ... is not satisfied").
+my $without_ring_count = 0;
 sub without_ring_query
 {
-	my ($node, $sql) = @_;
-	my $copy = PostgreSQL::Test::Cluster->new($node->name . '_noring');
+	my ($node, $sql, %opts) = @_;
+	my $copy = PostgreSQL::Test::Cluster->new($node->name . '_noring' . $without_ring_count++);
 	PostgreSQL::Test::RecursiveCopy::copypath($node->data_dir, $copy->data_dir);
 	chmod 0700, $copy->data_dir;
 	unlink $copy->data_dir . '/postmaster.pid';
@@ -1055,15 +1081,24 @@ sub without_ring_query
 	unlink $copy->data_dir . '/pg_wal/pmwal.binding';
 	$copy->append_conf('postgresql.conf',
 		"port = " . $copy->port . "\npmwal.path = ''\nrestart_after_crash = off\n"
-		  . "archive_mode = off\n");
-	my $result;
+		  . "archive_mode = off\n" . ($opts{conf} // ''));
+	my ($result, $err) = (undef, 'the copy does not start');
 	if ($copy->start(fail_ok => 1))
 	{
-		$result = $copy->safe_psql('postgres', $sql);
+		if ($opts{fail_ok})
+		{
+			my ($rc, $out);
+			($rc, $out, $err) = $copy->psql('postgres', $sql);
+			$result = $out if $rc == 0;
+		}
+		else
+		{
+			$result = $copy->safe_psql('postgres', $sql);
+		}
 		$copy->stop('immediate');
 	}
 	$copy->clean_node;
-	return $result;
+	return $opts{fail_ok} ? ($result, $err) : $result;
 }
 
 # ---------------------------------------------------------------------------
@@ -1079,7 +1114,7 @@ push @EXPORT, qw(gdb_break gdb_wait_hit gdb_release);
 # With leave_stopped => 1 it SIGSTOPs the process at the breakpoint and
 # detaches at once: the process stays stopped there, untraced, for
 # powercut_kill (a traced process killed stays a zombie until its tracer
-# looks).
+# looks).  With nth => N it stops at the N-th call, not the first.
 my $gdb_count = 0;
 my @gdbs;
 
@@ -1111,12 +1146,11 @@ sub gdb_break
 set confirm off
 handle SIGINT SIGUSR1 SIGUSR2 SIGHUP SIGTERM SIGQUIT SIGALRM SIGPIPE SIGCHLD nostop noprint pass
 break $function
-commands 1
+} . ($opts{nth} && $opts{nth} > 1 ? 'ignore 1 ' . ($opts{nth} - 1) . "\n" : '') . qq{commands 1
 silent
-shell touch $base.hit
 } . ($opts{leave_stopped}
-	  ? "shell kill -STOP $pid\n"
-	  : "shell while [ ! -e $base.release ]; do sleep 0.02; done\n") . qq{delete
+	  ? "shell kill -STOP $pid\nshell touch $base.hit\n"
+	  : "shell touch $base.hit\nshell while [ ! -e $base.release ]; do sleep 0.02; done\n") . qq{delete
 detach
 quit
 end
@@ -1215,89 +1249,25 @@ sub stop_server_process
 	die "stop_server_process: the $which ($pid) is never stopped in $idle";
 }
 
-# Hold a committer exactly inside its write window (pause point
-# commit_after_write: written without fsync, not yet in the ring), with
-# the WAL writer and the flusher off the CPU so that neither closes the
-# window first.  The committer inserts $id_from + try into $table.  A
-# commit may legitimately take the ordinary path instead of a window; then
-# it is acknowledged, and another one is held: three tries.  Returns the
-# background psql of the held commit (bg_psql), its id, and the ids that
-# were acknowledged on the way.
-push @EXPORT, qw(hold_in_write_window);
-sub hold_in_write_window
-{
-	my ($node, $table, $id_from) = @_;
-	stop_server_process($node, $_) for qw(walwriter flusher);
-	my @acked;
-	for my $try (1 .. 3)
-	{
-		my $id = $id_from + $try;
-		my $before = pmwal_status($node);
-		my $offset = -s $node->logfile;
-		my $held = bg_psql($node, "SET pmwal.test_pause = 'commit_after_write'",
-			"INSERT INTO $table VALUES ($id)");
-		return ($held, $id, \@acked)
-		  if pause_or_exit($node, 'commit_after_write', $offset, $held);
-		my ($rc, $out, $err) = bg_psql_finish($held);
-		die "the commit to hold failed: $err" if $rc != 0;
-		push @acked, $id;
-		my $after = pmwal_status($node);
-		Test::More::diag("try $try: the commit did not open a write window; pmwal_status before and after:\n"
-			  . join('', map { "  $_: $before->{$_} -> $after->{$_}\n" }
-				  grep { ($before->{$_} // '') ne ($after->{$_} // '') } sort keys %$after));
-	}
-	BAIL_OUT('no commit could be held in its write window');
-}
-
-# Hold a committer inside pmwal's answer to its WAL sync (pause point
-# sync_before_publish, wal_ring.c): its WAL is written into pg_wal and
-# copied into the ring, the ring's head not yet published, PostgreSQL's
-# flush pointer not yet moved -- the last moment before anything may
-# trust that WAL.  The WAL writer and the flusher are taken off the CPU
-# first, so that neither syncs the WAL before the committer does.  The
-# committer inserts $id into $table.  Returns the background psql
-# (bg_psql) of the held commit and its pid.  The held backend holds
-# WALWriteLock: every other commit waits until it is released.
-#
-# Another session's flush may cover the commit first (it then needs no
-# sync of its own and is acknowledged): up to three tries, each with the
-# next id ($id, $id + 1, ...); returns the id held as a third value.
-push @EXPORT, qw(hold_in_sync);
-sub hold_in_sync
-{
-	my ($node, $table, $id, %opts) = @_;
-	my $point = $opts{point} // 'sync_before_publish';
-	stop_server_process($node, $_) for qw(walwriter flusher);
-	for my $try (0 .. 2)
-	{
-		my $offset = -s $node->logfile;
-		pause_rearm($node, $point);
-		my $held = bg_psql($node, "SET pmwal.test_pause = '$point'",
-			"INSERT INTO $table VALUES (" . ($id + $try) . ")");
-		my $pid = pause_or_exit($node, $point, $offset, $held);
-		return ($held, $pid, $id + $try) if $pid;
-		my ($rc, $out, $err) = bg_psql_finish($held);
-		die "the commit to hold failed: $err" if $rc != 0;
-		Test::More::note("try $try: the commit of " . ($id + $try)
-			  . " was covered by another flush; holding the next one");
-	}
-	BAIL_OUT("no commit into $table could be held at $point");
-}
-
-# Digest of every file in the node's pg_wal and of its ring.
+# Digest of every file in the node's pg_wal and of each file in
+# $opts{files} (default: the node's ring; 'missing' for one that does not
+# exist), as one string.
 sub wal_fingerprint
 {
-	my ($node) = @_;
+	my ($node, %opts) = @_;
 	my $dir = $node->data_dir . '/pg_wal';
-	my %h;
+	my @lines;
 	opendir my $dh, $dir or die "could not read $dir: $!";
 	for my $f (sort grep { -f "$dir/$_" } readdir $dh)
 	{
-		$h{$f} = Digest::SHA->new(256)->addfile("$dir/$f")->hexdigest;
+		push @lines, "pg_wal/$f " . Digest::SHA->new(256)->addfile("$dir/$f")->hexdigest;
 	}
 	closedir $dh;
-	$h{ring} = Digest::SHA->new(256)->addfile($node->{pmwal_ring})->hexdigest;
-	return join("\n", map { "$_ $h{$_}" } sort keys %h);
+	for my $f (@{ $opts{files} // [ $node->{pmwal_ring} ] })
+	{
+		push @lines, "$f " . (-e $f ? Digest::SHA->new(256)->addfile($f)->hexdigest : 'missing');
+	}
+	return join("\n", @lines);
 }
 
 # A fresh node (64 MB ring) under the power-cut log whose WAL only pmwal
@@ -1336,6 +1306,494 @@ sub log_has
 	ok($node->log_contains($re), $name)
 	  or diag("log " . $node->logfile . " does not match $re");
 	return;
+}
+
+# ---------------------------------------------------------------------------
+# Nodes, commits and starts several tests share.
+# ---------------------------------------------------------------------------
+push @EXPORT, qw(quiet_node stock_node stock_standby acked_insert short_load
+  ids_present rows acked_missing_sql acked_missing try_start start_refused start_fine
+  powercut_start_paused $restored_re wait_log controldata control_checkpoint
+  standby_follows history_files);
+
+# The restore's LOG line: the range it wrote, bytes, records, segments.
+our $restored_re =
+  qr/pmwal restored WAL ([0-9A-F]+\/[0-9A-F]+) to ([0-9A-F]+\/[0-9A-F]+) from the ring into pg_wal: (\d+) bytes, (\d+) records, (\d+) segments/;
+
+# A node under the power-cut log whose WAL only pmwal syncs (QUIET_WAL, the
+# flusher every $opts{interval} -- 60s --, no autovacuum), with table t
+# (bigint primary key), committing through the ring.  Options: size
+# (64MB), conf, init, interval, plain (no power-cut log), ring_cut.
+sub quiet_node
+{
+	my ($name, %opts) = @_;
+	my $node = pmwal_node($name, size => $opts{size} // '64MB',
+		init => $opts{init} // {},
+		conf => QUIET_WAL . 'pmwal.flush_interval = ' . ($opts{interval} // '60s') . "\n"
+		  . "autovacuum = off\n" . ($opts{conf} // ''));
+	$node->{ring_cut} = $opts{ring_cut} if $opts{ring_cut};
+	if ($opts{plain}) { $node->start; }
+	else              { powercut_start($node); }
+	$node->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
+	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
+	return $node;
+}
+
+# A node without pmwal (stock PostgreSQL, the control), fsync on, with
+# QUIET_WAL's settings for the power-cut harness unless quiet_wal => 0.
+# Options: init (PostgreSQL::Test::Cluster::init parameters), conf.
+sub stock_node
+{
+	my ($name, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%{ $opts{init} // {} });
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n"
+		  . (($opts{quiet_wal} // 1) ? QUIET_WAL : '') . "fsync = on\n" . ($opts{conf} // ''));
+	return $node;
+}
+
+# A streaming standby of $primary without pmwal, made from its backup
+# $backup (the backup's postgresql.conf names the primary's ring: it is
+# unloaded), with the settings $opts{conf}.
+sub stock_standby
+{
+	my ($primary, $name, $backup, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init_from_backup($primary, $backup, has_streaming => 1);
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n" . ($opts{conf} // ''));
+	return $node;
+}
+
+# Insert $id into t (or $table) in its own transaction; returns the WAL
+# flush position after its COMMIT returned (its commit record is before
+# it).
+sub acked_insert
+{
+	my ($node, $id, $table) = @_;
+	$node->safe_psql('postgres', 'INSERT INTO ' . ($table // 't') . " VALUES ($id)");
+	return flush_lsn($node);
+}
+
+# Committing load (acked_load_start) for a few seconds, to its end: every
+# commit pgbench saw acknowledged is in its log (a pgbench killed before
+# its end may not have written all of it).
+sub short_load
+{
+	my ($node, $tag, %opts) = @_;
+	my $load = acked_load_start($node, tag => $tag, duration => 3, %opts);
+	acked_load_finish($load);
+	die "$tag: the load did not run: ${ $load->{err} }" unless $load->{total} > 0;
+	return $load;
+}
+
+# Which of the ids in @ids table t holds, as a comma-separated list.
+sub ids_present
+{
+	my ($node, @ids) = @_;
+	return $node->safe_psql('postgres',
+		'SELECT coalesce(string_agg(id::text, \',\' ORDER BY id), \'\') FROM t WHERE id IN ('
+		  . join(',', @ids) . ')');
+}
+
+# Rows of a query as a comma-separated string.
+sub rows
+{
+	my ($node, $sql) = @_;
+	return join(',', split /\n/, $node->safe_psql('postgres', $sql));
+}
+
+# The acknowledged commits of an acked_load_start load (acked_load_finish
+# done) as one SQL query that returns how many of them are missing: for a
+# node that can run only one (without_ring_query).
+sub acked_missing_sql
+{
+	my ($load) = @_;
+	my @parts;
+	for my $c (sort { $a <=> $b } keys %{ $load->{acked} })
+	{
+		my $n = $load->{acked}{$c};
+		my $lo = $load->{base} + $c * 1_000_000_000;
+		my $hi = $lo + $n;
+		push @parts, "SELECT $n - count(*) AS m FROM $load->{table} WHERE id > $lo AND id <= $hi";
+	}
+	return 'SELECT coalesce(sum(m), 0) FROM (' . join(' UNION ALL ', @parts) . ') s';
+}
+
+# acked_check, and when that fails (a start without the ring can leave an
+# index pointing at heap pages that never reached the disk: the bgwriter
+# wrote pages whose WAL only the ring held), the same count by a
+# sequential scan.  Returns (acknowledged, missing, how: 'index' or the
+# error that made it count by 'seqscan').
+sub acked_missing
+{
+	my ($node, $load) = @_;
+	my @r = eval { acked_check($node, $load) };
+	return (@r[0, 1], 'index') if @r;
+	my $why = $@;
+	$why =~ s/\n.*//s;
+	my ($acked, $missing) = (0, 0);
+	for my $c (sort { $a <=> $b } keys %{ $load->{acked} })
+	{
+		my $n = $load->{acked}{$c};
+		my $lo = $load->{base} + $c * 1_000_000_000;
+		my $present = $node->safe_psql('postgres',
+			"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;\n"
+			  . "SELECT count(*) FROM $load->{table} WHERE id > $lo AND id <= " . ($lo + $n));
+		$acked += $n;
+		$missing += $n - $present;
+	}
+	return ($acked, $missing, "seqscan ($why)");
+}
+
+# Try to start the node; returns (started, the log of this attempt).  A node
+# that started is left running.
+sub try_start
+{
+	my ($node) = @_;
+	my $offset = -s $node->logfile // 0;
+	my $up = $node->start(fail_ok => 1);
+	return ($up, slurp_file($node->logfile, $offset));
+}
+
+# A start that must be refused, on a fresh log (rotate_logfile: an assertion
+# on the server log can only be satisfied by this attempt): no server runs
+# afterwards; one that started after all is stopped again.  Returns the
+# log of the attempt, and notes the PANIC, FATAL and DETAIL it ended with.
+sub start_refused
+{
+	my ($node, $case, $what) = @_;
+	$node->rotate_logfile;
+	my $up = $node->start(fail_ok => 1);
+	ok(!$up, "$case: the server refuses to start" . ($what ? " ($what)" : ''));
+	ok(system('pg_ctl', 'status', '-s', '-D', $node->data_dir) >> 8 != 0,
+		"$case: no server is running afterwards");
+	$node->stop('immediate') if $up;
+	my $log = -e $node->logfile ? slurp_file($node->logfile) : '';
+	my @why = $log =~ /((?:PANIC|FATAL|DETAIL):  .*)/g;
+	note("$case: the start ended with: " . join(' | ', @why)) if @why;
+	return $log;
+}
+
+# A start that must succeed, on a fresh log (as start_refused); returns
+# whether it did.
+sub start_fine
+{
+	my ($node, $case) = @_;
+	$node->rotate_logfile;
+	my $started = $node->start(fail_ok => 1);
+	ok($started, "$case: the server starts")
+	  or diag(slurp_file($node->logfile));
+	return $started;
+}
+
+# Start $node under the power-cut log without waiting for it (pg_ctl -W),
+# with pmwal.test_pause = $point in the postmaster: returns once a process
+# is held there (within $timeout seconds, 60), with the postmaster's pid
+# and the log offset the attempt began at.  Without $point it returns at
+# once (the pid undef).  The ring is not recorded anew.
+sub powercut_start_paused
+{
+	my ($node, $point, $timeout) = @_;
+	my $log = $node->basedir . '/powercut.log';
+	unlink $log, $node->data_dir . '/postmaster.pid';
+	$node->{powercut_log} = $log;
+	my $offset = -s $node->logfile;
+	pause_rearm($node, $point) if defined $point;
+	{
+		local $ENV{LD_PRELOAD} = powercut_lib();
+		local $ENV{POWERCUT_LOG} = $log;
+		local $ENV{POWERCUT_DIR} = $node->data_dir . '/pg_wal';
+		system_or_bail('pg_ctl', '-D', $node->data_dir, '-l', $node->logfile,
+			(defined $point ? ('-o', "-c pmwal.test_pause=$point") : ()), '-W', 'start');
+	}
+	return (undef, $offset) unless defined $point;
+	pause_wait($node, $point, $offset, $timeout);
+	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	$node->{_pid} = $pm;
+	return ($pm, $offset);
+}
+
+# Wait until the node's log after $offset matches $re; returns the match or
+# undef after $timeout seconds (60).
+sub wait_log
+{
+	my ($node, $re, $offset, $timeout) = @_;
+	my $deadline = Time::HiRes::time() + ($timeout // 60);
+	while (Time::HiRes::time() < $deadline)
+	{
+		my $log = slurp_file($node->logfile, $offset // 0);
+		return $1 // $& if $log =~ $re;
+		Time::HiRes::usleep(100_000);
+	}
+	return undef;
+}
+
+# pg_controldata of the (stopped, or held) node, as a hash.  It reads the
+# file: a checkpointer held inside its pg_control update holds
+# ControlFileLock, which pg_control_checkpoint() waits for.
+sub controldata
+{
+	my ($node) = @_;
+	my ($out) = run_command([ 'pg_controldata', '-D', $node->data_dir ]);
+	return { map { /^([^:]+):\s+(.*)$/ ? ($1 => $2) : () } split /\n/, $out };
+}
+
+# The latest checkpoint's location that pg_control names (controldata).
+sub control_checkpoint
+{
+	my ($node) = @_;
+	return controldata($node)->{'Latest checkpoint location'}
+	  // die 'pg_controldata printed no checkpoint location';
+}
+
+# A streaming standby follows its (restarted) primary: it catches up, has
+# exactly the primary's rows of t, and its log shows no refusal of the
+# primary's history.
+sub standby_follows
+{
+	my ($primary, $standby, $tag) = @_;
+	eval { $primary->wait_for_catchup($standby, 'replay', $primary->lsn('flush')); 1 }
+	  or diag("$tag: the standby does not catch up: $@");
+	my $rows = 'SELECT count(*), sum(id) FROM t';
+	is($standby->safe_psql('postgres', $rows), $primary->safe_psql('postgres', $rows),
+		"$tag: the standby follows the primary and has exactly its rows");
+	unlike(slurp_file($standby->logfile),
+		qr/not in this server's history|forked off current database system timeline|requested starting point .* is ahead|new timeline \d+ forked/,
+		"$tag: the standby refused nothing");
+	return;
+}
+
+# Timeline history files in a node's pg_wal.
+sub history_files
+{
+	my ($node) = @_;
+	return map { s{.*/}{}r } glob($node->data_dir . '/pg_wal/*.history');
+}
+
+# ---------------------------------------------------------------------------
+# WAL positions, and the bytes of pg_wal, the ring and the data files by LSN
+# (timeline 1, 16 MB segments unless said otherwise).
+# ---------------------------------------------------------------------------
+push @EXPORT, qw(lsn_text insert_lsn flush_lsn advance_to pad_into_last_page
+  segment_of wal_rw ring_rw ring_page_header first_record_in_page ring_words
+  status_line disk_page_lsn_max relmap_filenode);
+
+my $SEG = 16 * 1024 * 1024;
+
+# LSN number as text X/Y (lsn_num's inverse).
+sub lsn_text { return sprintf('%X/%X', int($_[0] / 2**32), $_[0] % 2**32); }
+
+sub insert_lsn
+{
+	my ($node) = @_;
+	return lsn_num($node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
+}
+
+sub flush_lsn
+{
+	my ($node) = @_;
+	return lsn_num($node->safe_psql('postgres', 'SELECT pg_current_wal_flush_lsn()'));
+}
+
+# Insert WAL (non-transactional logical messages, never flushed by
+# themselves) until the insert position lies in [$from, $to).
+sub advance_to
+{
+	my ($node, $from, $to) = @_;
+	for (1 .. 1000)
+	{
+		my $x = insert_lsn($node);
+		return $x if $x >= $from && $x < $to;
+		die sprintf('advance_to: insert position %s is past %s', lsn_text($x), lsn_text($to))
+		  if $x >= $to;
+		my $n = $from - $x > 2_000_000 ? 1_000_000 : int(($from - $x) / 2);
+		$n = 1 if $n < 1;
+		$node->safe_psql('postgres',
+			"SELECT pg_logical_emit_message(false, 'pad', repeat('x', $n))");
+	}
+	die 'advance_to: no progress';
+}
+
+# Commit logical messages until the insert position lies in the last WAL
+# page of a segment, between $lo and $hi bytes into that page (nothing else
+# may write WAL meanwhile: wal_level minimal, autovacuum off).  Returns the
+# insert position.
+sub pad_into_last_page
+{
+	my ($node, $segsize, $lo, $hi) = @_;
+	$lo //= 300;
+	$hi //= 2500;
+	for (1 .. 60)
+	{
+		my $l = insert_lsn($node);
+		my $page = (int($l / $segsize) + 1) * $segsize - 8192;
+		return $l if $l >= $page + $lo && $l <= $page + $hi;
+		$page += $segsize if $l > $page + $hi;
+		my $need = $page + int(($lo + $hi) / 2) - $l;
+		my $size = $need - 200 - int($need / 8192) * 40;
+		$size = 4_000_000 if $size > 4_000_000;
+		$size = 1 if $size < 1;
+		$node->safe_psql('postgres', "SELECT pg_logical_emit_message(true, 'pad', repeat('x', $size))");
+	}
+	die 'could not pad the WAL into the last page of a segment';
+}
+
+sub segment_of
+{
+	my ($node, $x) = @_;
+	my $seg = int($x / $SEG);
+	return sprintf('%s/pg_wal/%08X%08X%08X', $node->data_dir, 1, int($seg / 256), $seg % 256);
+}
+
+# Read or (with $bytes) write pg_wal's bytes from LSN $from on.
+sub wal_rw
+{
+	my ($node, $from, $len, $bytes) = @_;
+	my $out = '';
+	while ($len > 0)
+	{
+		my $n = $SEG - $from % $SEG;
+		$n = $len if $n > $len;
+		my $path = segment_of($node, $from);
+		open my $fh, '+<:raw', $path or die "open $path: $!";
+		sysseek($fh, $from % $SEG, 0) or die "seek $path: $!";
+		if (defined $bytes)
+		{
+			syswrite($fh, substr($bytes, length($out), $n)) == $n or die "write $path: $!";
+			$out .= substr($bytes, length($out), $n);
+		}
+		else
+		{
+			my $buf = '';
+			sysread($fh, $buf, $n) == $n or die "short read of $path";
+			$out .= $buf;
+		}
+		close $fh;
+		$from += $n;
+		$len -= $n;
+	}
+	return $out;
+}
+
+# Read or (with $bytes) write the ring's bytes of LSNs from $from on.
+sub ring_rw
+{
+	my ($node, $from, $len, $bytes) = @_;
+	my $cap = ring_field($node->{pmwal_ring}, 'capacity');
+	my $out = '';
+	open my $fh, '+<:raw', $node->{pmwal_ring} or die "open ring: $!";
+	while ($len > 0)
+	{
+		my $n = $cap - $from % $cap;
+		$n = $len if $n > $len;
+		sysseek($fh, 4096 + $from % $cap, 0) or die "seek ring: $!";
+		if (defined $bytes)
+		{
+			syswrite($fh, substr($bytes, length($out), $n)) == $n or die "write ring: $!";
+			$out .= substr($bytes, length($out), $n);
+		}
+		else
+		{
+			my $buf = '';
+			sysread($fh, $buf, $n) == $n or die 'short read of the ring';
+			$out .= $buf;
+		}
+		$from += $n;
+		$len -= $n;
+	}
+	close $fh;
+	return $out;
+}
+
+# The page header of the WAL page at $page in the ring: a hash of magic,
+# info, tli, pageaddr, rem_len; contrecord: XLP_FIRST_IS_CONTRECORD set;
+# size: the header's size (long at a segment's start).
+sub ring_page_header
+{
+	my ($node, $page) = @_;
+	my %h;
+	@h{qw(magic info tli pageaddr rem_len)} = unpack('v v V Q< V', ring_rw($node, $page, 20));
+	$h{contrecord} = ($h{info} & 1) ? 1 : 0;
+	$h{size} = ($h{info} & 2) ? 40 : 24;
+	return \%h;
+}
+
+# The first record that begins in the ring's page $page (after the
+# continuation of a record from the page before), or undef.
+sub first_record_in_page
+{
+	my ($node, $page) = @_;
+	my $h = ring_page_header($node, $page);
+	my $at = $page + $h->{size};
+	if ($h->{contrecord})
+	{
+		return undef if $h->{rem_len} >= 8192 - $h->{size};
+		$at += $h->{rem_len};
+		$at += 8 - $at % 8 if $at % 8;
+	}
+	return $at + 24 <= $page + 8192 ? $at : undef;
+}
+
+# The ring's dynamic words, as one string.
+sub ring_words
+{
+	my ($node) = @_;
+	my $ring = $node->{pmwal_ring};
+	return join(' ', map { sprintf('%s=%s', $_, lsn_text(ring_read_u64($ring, $_))) }
+		  qw(tail head)) . sprintf(' state=%X generation=%d',
+		ring_read_u64($ring, 'state'), ring_read_u64($ring, 'generation'));
+}
+
+# pmwal_status's positions, as one line.
+sub status_line
+{
+	my ($node) = @_;
+	my $st = pmwal_status($node);
+	return join(' ', map { "$_=$st->{$_}" } qw(tail_lsn head_lsn durable_lsn state));
+}
+
+# The highest page LSN (pd_lsn) among the pages of a relation's main fork
+# as the data files hold them -- what a power cut leaves of them in this
+# harness (tools/powercut cuts pg_wal only) -- and how many pages.
+# $relpath: pg_relation_filepath().
+sub disk_page_lsn_max
+{
+	my ($node, $relpath) = @_;
+	my ($max, $pages) = (0, 0);
+	for my $file (sort glob($node->data_dir . "/$relpath" . '{,.[0-9]*}'))
+	{
+		open my $fh, '<:raw', $file or next;
+		my $page;
+		while (sysread($fh, $page, 8192) == 8192)
+		{
+			my ($hi, $lo) = unpack('L<L<', $page);
+			my $lsn = $hi * 2**32 + $lo;
+			$max = $lsn if $lsn > $max;
+			$pages++;
+		}
+		close $fh;
+	}
+	return ($max, $pages);
+}
+
+# The relfilenode that the relation map file $mapfile (global/ or
+# base/DBOID/pg_filenode.map, as on disk) names for catalog $oid, or undef.
+# Format (relmapper.c, the same in 15-18): int32 magic, int32
+# num_mappings, then 64 pairs (Oid mapoid, RelFileNumber mapfilenumber).
+sub relmap_filenode
+{
+	my ($mapfile, $oid) = @_;
+	open my $fh, '<:raw', $mapfile or die "could not read $mapfile: $!";
+	my $buf;
+	sysread($fh, $buf, 8 + 64 * 8);
+	close $fh;
+	my ($magic, $n, @pairs) = unpack('L<l<' . ('L<' x 128), $buf);
+	for my $i (0 .. $n - 1)
+	{
+		return $pairs[ 2 * $i + 1 ] if $pairs[ 2 * $i ] == $oid;
+	}
+	return undef;
 }
 
 1;

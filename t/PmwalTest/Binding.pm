@@ -1,72 +1,46 @@
-# hD.pm
-#		Helpers of the ring-binding tests (t/026*_binding_*.pl, issue 21):
-#		a node whose acknowledged WAL is only in its ring after a power
-#		cut, the data directory's binding file, start attempts that must be
-#		refused without writing anything, and the old-build mode.
+# PmwalTest::Binding
+#		The ring binding (binding.c) for its tests (t/026*_binding_*.pl): a
+#		node whose acknowledged WAL is only in its ring after a power cut,
+#		the data directory's binding file, start attempts that must be
+#		refused without writing anything, saved scenes to start again from,
+#		and the operator's ways out (pmwal_ctl unbind, reset --discard-wal).
 #
-# Old-build mode: run a test against the code before the binding existed
-# (4b36e65, built at /work/old) with
+# Old-build mode (PmwalTest::OldBuild): run a test against the code before
+# the binding existed (4b36e65, built at /work/old) with
 #	PMWAL_TEST_LIBDIR=/work/old prove ...   (or PMWAL_TEST_OLD=/work/old)
-# The build is recognised by what its pmwal.so lacks (the binding file's
-# name); the tests then create extension version 1.0 and read the ring's
-# format-1 header.  In that mode the tests are expected to fail: each case
-# prints a "case ...:" line saying what the build did.  Not a CI run.
-package hD;
+# The tests then create extension version 1.0 and read the ring's format-1
+# header.  In that mode the tests are expected to fail: each case prints a
+# "case ...:" line saying what the build did.  Not a CI run.
+package PmwalTest::Binding;
 
 use strict;
 use warnings;
 
 use Exporter 'import';
 use PmwalTest;
+use PmwalTest::OldBuild;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use PostgreSQL::Test::RecursiveCopy;
 use Test::More;
-use Digest::SHA ();
 use File::Copy ();
 use File::Path ();
 use Time::HiRes ();
 use FindBin ();
 use IPC::Run ();
 
-our @EXPORT = qw(old_build create_ext binding_node ring_only_cut try_start
-  refused_without_writing scene_save scene_restore fingerprint ring_holds
-  ring_gen binding_path binding_file binding_current unbind ring_discard
-  wal_past insert_lsn controldata hold_flusher case_line release_build_dir ring_head
-  checkpoint_across acked_missing);
+our @EXPORT = qw(binding_node ring_only_cut refused_without_writing
+  scene_save scene_restore ring_holds ring_gen binding_path binding_file
+  binding_current unbind ring_discard wal_past case_line release_build_dir
+  ring_head checkpoint_across);
 
 $ENV{PMWAL_TEST_LIBDIR} //= $ENV{PMWAL_TEST_OLD} if $ENV{PMWAL_TEST_OLD};
-
-# Is the pmwal.so under test the build before the binding (issue 21)?
-my $old_build;
-sub old_build
-{
-	return $old_build if defined $old_build;
-	my $dir = $ENV{PMWAL_TEST_LIBDIR};
-	$old_build = 0;
-	if ($dir && -f "$dir/pmwal.so")
-	{
-		my $so = slurp_file("$dir/pmwal.so");
-		$old_build = index($so, 'pmwal.binding') < 0 ? 1 : 0;
-	}
-	note('old-build mode: pmwal.so from ' . $dir . ' has no ring binding; the tests are expected to fail')
-	  if $old_build;
-	return $old_build;
-}
-
-sub create_ext
-{
-	my ($node) = @_;
-	$node->safe_psql('postgres',
-		'CREATE EXTENSION IF NOT EXISTS pmwal' . (old_build() ? q{ VERSION '1.0'} : ''));
-	return;
-}
 
 # A print-out of what a case did, in both modes, for the report.
 sub case_line
 {
 	my ($line) = @_;
-	diag((old_build() ? 'OLD BUILD ' : '') . "case $line");
+	diag((testing_old_build() ? 'OLD BUILD ' : '') . "case $line");
 	return;
 }
 
@@ -78,23 +52,16 @@ sub binding_node
 	my $node = pmwal_node($name, size => $opts{size} // '64MB',
 		conf => QUIET_WAL . ($opts{conf} // ''));
 	$node->start;
-	create_ext($node);
+	create_pmwal($node);
 	$node->safe_psql('postgres',
 		'CREATE TABLE t (id bigint PRIMARY KEY); CREATE TABLE f (id int, v text)');
 	$node->stop;
 	return $node;
 }
 
-# Hold the flusher (it makes no more passes: WAL committed from now on is
-# durable only in the ring until the ring fills).
-sub hold_flusher
-{
-	my ($node) = @_;
-	return stop_server_process($node, 'flusher');
-}
-
 # Start the (stopped) node under the power-cut log, commit under load with
-# the flusher held until $opts{commits} (2000) more ids are in t, then cut
+# the flusher held (stop_server_process: it makes no more passes, WAL
+# committed from now on is durable only in the ring) until $opts{commits} (2000) more ids are in t, then cut
 # the power.  $opts{before_load}->($node) and $opts{before_cut}->($node, $load)
 # run at those moments.  Returns the load (acked_load_finish done: its
 # {total}) and the cut's summary.
@@ -105,7 +72,7 @@ sub ring_only_cut
 	powercut_start($node);
 	wait_accelerated($node, 't') or die $node->name . ': commits are not accelerated';
 	$opts{before_load}->($node) if $opts{before_load};
-	hold_flusher($node) unless $opts{flusher_runs};
+	stop_server_process($node, 'flusher') unless $opts{flusher_runs};
 	my $base = $node->safe_psql('postgres', 'SELECT count(*) FROM t');
 	my $load = acked_load_start($node, tag => $tag, base => $opts{base} // 0);
 	my $want = $base + ($opts{commits} // 2000);
@@ -118,62 +85,6 @@ sub ring_only_cut
 	return ($load, $cut);
 }
 
-# acked_check, and when that fails (a start without the ring can leave an
-# index pointing at heap pages that never reached the disk: the bgwriter
-# wrote pages whose WAL only the ring held), the same count by a
-# sequential scan.  Returns (acknowledged, missing, how: 'index' or the
-# error that made it count by 'seqscan').
-sub acked_missing
-{
-	my ($node, $load) = @_;
-	my @r = eval { acked_check($node, $load) };
-	return (@r[0, 1], 'index') if @r;
-	my $why = $@;
-	$why =~ s/\n.*//s;
-	my ($acked, $missing) = (0, 0);
-	for my $c (sort { $a <=> $b } keys %{ $load->{acked} })
-	{
-		my $n = $load->{acked}{$c};
-		my $lo = $load->{base} + $c * 1_000_000_000;
-		my $present = $node->safe_psql('postgres',
-			"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;\n"
-			  . "SELECT count(*) FROM $load->{table} WHERE id > $lo AND id <= " . ($lo + $n));
-		$acked += $n;
-		$missing += $n - $present;
-	}
-	return ($acked, $missing, "seqscan ($why)");
-}
-
-# Try to start the node; returns (started, the log of this attempt).  A node
-# that started is left running.
-sub try_start
-{
-	my ($node) = @_;
-	my $offset = -s $node->logfile // 0;
-	my $up = $node->start(fail_ok => 1);
-	return ($up, slurp_file($node->logfile, $offset));
-}
-
-# Digest of the node's pg_wal (every file, the binding file too) and of each
-# file in @files ('missing' for one that does not exist).
-sub fingerprint
-{
-	my ($node, @files) = @_;
-	my $dir = $node->data_dir . '/pg_wal';
-	my @lines;
-	opendir my $dh, $dir or die "could not read $dir: $!";
-	for my $f (sort grep { -f "$dir/$_" } readdir $dh)
-	{
-		push @lines, "pg_wal/$f " . Digest::SHA->new(256)->addfile("$dir/$f")->hexdigest;
-	}
-	closedir $dh;
-	for my $f (@files)
-	{
-		push @lines, "$f " . (-e $f ? Digest::SHA->new(256)->addfile($f)->hexdigest : 'missing');
-	}
-	return join("\n", @lines);
-}
-
 # A start that must be refused: FATAL matching $fatal (and DETAIL, HINT
 # matching $detail, $hint, when given), the server down, and pg_wal, the
 # binding file and every file in $files unchanged byte for byte (a file
@@ -184,14 +95,14 @@ sub refused_without_writing
 {
 	my ($node, $case, %opts) = @_;
 	my @files = @{ $opts{files} // [] };
-	my $before = fingerprint($node, @files);
+	my $before = wal_fingerprint($node, files => \@files);
 	my ($up, $log) = try_start($node);
 	ok(!$up, "$case: the start is refused");
 	if ($up)
 	{
 		case_line("$case: NOT refused: the server started");
 		eval { $opts{on_started}->(); 1 } or diag("$case: $@") if $opts{on_started};
-		$node->{hd_started_unexpectedly} = 1;
+		$node->{started_unexpectedly} = 1;
 		$node->stop('immediate');
 	}
 	if ($opts{fatal})
@@ -205,7 +116,7 @@ sub refused_without_writing
 	like($hint // '', $opts{hint}, "$case: HINT gives the safe way") if $opts{hint};
 	unlike($log, qr/pmwal (restored WAL|created ring file|bound ring)/,
 		"$case: nothing restored, created or bound");
-	is(fingerprint($node, @files), $before,
+	is(wal_fingerprint($node, files => \@files), $before,
 		"$case: pg_wal, the binding and the ring(s) are unchanged byte for byte");
 	return !$up;
 }
@@ -224,7 +135,7 @@ sub scene_save
 		next unless -e $rings[$i];
 		File::Copy::copy($rings[$i], "$dir/ring$i") or die "copy $rings[$i]: $!";
 	}
-	$node->{hd_scenes}{$name} = [@rings];
+	$node->{binding_scenes}{$name} = [@rings];
 	return;
 }
 
@@ -232,7 +143,7 @@ sub scene_restore
 {
 	my ($node, $name) = @_;
 	my $dir = $node->basedir . "/scene_$name";
-	my @rings = @{ $node->{hd_scenes}{$name} or die "no scene $name" };
+	my @rings = @{ $node->{binding_scenes}{$name} or die "no scene $name" };
 	File::Path::rmtree($node->data_dir);
 	PostgreSQL::Test::RecursiveCopy::copypath("$dir/pgdata", $node->data_dir);
 	chmod 0700, $node->data_dir;
@@ -284,7 +195,7 @@ sub ring_bytes_head
 sub ring_gen
 {
 	my ($ring) = @_;
-	return old_build() ? 0 : ring_read_u64($ring, 'generation');
+	return testing_old_build() ? 0 : ring_read_u64($ring, 'generation');
 }
 
 sub binding_path { return $_[0]->data_dir . '/pg_wal/pmwal.binding'; }
@@ -373,12 +284,6 @@ sub ring_discard
 	return;
 }
 
-sub insert_lsn
-{
-	my ($node) = @_;
-	return lsn_num($node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()'));
-}
-
 # Commit WAL (rows of 1000 bytes into f) until the insert position is past
 # $lsn.
 sub wal_past
@@ -418,16 +323,8 @@ sub checkpoint_across
 	  or die 'checkpoint_across: the checkpoint does not complete';
 	my ($redo, $ckpt) = split /\|/, $node->safe_psql('postgres',
 		'SELECT redo_lsn, checkpoint_lsn FROM pg_control_checkpoint()');
-	note("checkpoint across " . sprintf('%X/%X', int($lsn / 2**32), $lsn % 2**32) . ": redo $redo, record $ckpt");
+	note('checkpoint across ' . lsn_text($lsn) . ": redo $redo, record $ckpt");
 	return (lsn_num($redo), lsn_num($ckpt));
-}
-
-# pg_controldata of the stopped node, as a hash.
-sub controldata
-{
-	my ($node) = @_;
-	my ($out) = run_command([ 'pg_controldata', '-D', $node->data_dir ]);
-	return { map { /^([^:]+):\s+(.*)$/ ? ($1 => $2) : () } split /\n/, $out };
 }
 
 # A release build of pmwal.so (no PMWAL_TEST: no test pause points) from the

@@ -1,15 +1,16 @@
-# Regressions for the items of issue 14 (third review) that need a process
-# held at a precise moment, then a simulated power cut (tools/powercut,
-# fsync = on) and a count of every acknowledged commit; converted to the
-# sync layer.  Each case runs on a node of its own; where it is about
-# durability, a negative control (the same data directory started without
-# its ring) shows that the cut really took what only the ring held.
+# The ring under committing load: pmwal.enabled toggled, the ring retired
+# and anchored again, a small ring wrapping hundreds of times, a writer
+# killed between its copy and its drain, the flusher's error exit -- each
+# held at a precise moment (the items of issue 14, third review), then a
+# simulated power cut (tools/powercut, fsync = on) and a count of every
+# acknowledged commit.  Each case runs on a node of its own; where it is
+# about durability, a negative control (the same data directory started
+# without its ring) shows that the cut really took what only the ring held.
 #
-#	1. (dropped) issue 14, "ROLLBACK PREPARED": the write-window gate
-#	   (gate.c) that paused windows for 2PC and DROP DATABASE is gone with
-#	   the windows: ROLLBACK PREPARED's flush is PostgreSQL's own, answered
-#	   from the ring before it unlinks anything.  t/012 cuts the power at
-#	   its own WAL sync, at its unlink and after it returned.
+#	1. (dropped with pmwal 1.x's gate, gate.c) issue 14, "ROLLBACK
+#	   PREPARED": its flush is PostgreSQL's own, answered from the ring
+#	   before it unlinks anything; t/012 cuts the power at its own WAL
+#	   sync, at its unlink and after it returned.
 #	2. issue 14, "pmwal.enabled toggled off and on under load, with the
 #	   flusher held in its pass": three rounds under pgbench of
 #	   (a) the flusher held inside its pass (durable_after_sync, holding
@@ -54,7 +55,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -63,22 +64,6 @@ my $MB = 1024 * 1024;
 my $SEG = 16 * $MB;
 my $started = Time::HiRes::time();
 my ($checked, $lost_total) = (0, 0);
-
-# A node under the power-cut log whose WAL only pmwal syncs, with table t
-# for acked_load_start.
-sub quiet_node
-{
-	my ($name, %opts) = @_;
-	my $node = pmwal_node($name, size => $opts{size} // '64MB',
-		conf => QUIET_WAL
-		  . 'pmwal.flush_interval = ' . ($opts{interval} // '60s') . "\n"
-		  . "autovacuum = off\n" . ($opts{conf} // ''));
-	powercut_start($node);
-	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
-	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
-	return $node;
-}
 
 # Start acknowledged load and wait until $rows of its commits are in.
 sub start_load
@@ -282,7 +267,7 @@ run_case('2', sub {
 	$node->poll_query_until('postgres', q{SELECT reason = 'pmwal.enabled is off' FROM pmwal_status})
 	  or die 'toggle_ckpt: pmwal.enabled = off is not carried';
 	stop_server_process($node, $_) for qw(walwriter flusher);
-	my $s = session($node);
+	my $s = psql_session($node);
 	my $pid = session_pid($s);
 	my $gdb = gdb_break($pid, 'fdatasync', leave_stopped => 1);
 	send_and_wait($s, "INSERT INTO r VALUES (2);\n");

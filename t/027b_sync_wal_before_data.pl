@@ -1,11 +1,12 @@
-# The relation map, checkpoint record and data page windows of issue 23,
-# on a pmwal primary with a synchronous standby (synchronous_commit = on).
+# WAL before data under synchronous replication (issue 23): the relation
+# map, the checkpoint record pg_control names and data pages never reach
+# the disk ahead of the WAL the ring and pg_wal hold, on a pmwal primary
+# with a synchronous standby (synchronous_commit = on).
 #
-# The prototype of issue 23 switched fsync off for the commit's own flush,
-# so for a whole standby round trip a relation map, a checkpoint record or
-# a data page could get ahead of WAL that was neither fsynced nor in the
-# ring, and pg_filenode.map lost its fsync.  With the sync layer nothing is
-# switched off; pmwal only answers the syncs of WAL segment files, and:
+# (The prototype of issue 23 switched fsync off for the commit's own flush,
+# so that for a whole standby round trip each of them could get ahead of
+# WAL neither fsynced nor in the ring.)  pmwal switches nothing off; it only
+# answers the syncs of WAL segment files, and:
 #
 #  R. Relation map.  write_relmap_file() inserts XLOG_RELMAP_UPDATE and
 #     XLogFlush()es it -- answered once the ring holds it -- before the map
@@ -39,14 +40,14 @@
 #     pages written by a checkpoint under load.)
 #
 # The power cut leaves every data file write in place (tools/powercut cuts
-# pg_wal only): the worst case for these windows, a page or map on disk
+# pg_wal only): the worst case for this rule, a page or map on disk
 # whose WAL did not survive in pg_wal.  Each case has a negative control,
 # the same data directory started without its ring: it lacks acknowledged
 # commits, and (K1, D) has data pages with LSNs beyond the end of its WAL
 # -- exactly what the ring prevents -- or cannot even answer (an index
 # page refers to a page that only the lost WAL would have written).
 #
-# How each part fails when its window exists (checked by hand against
+# How each part fails when the rule is broken (checked by hand against
 # modified builds, not kept): R, with the map's fsync a no-op (fsync = off,
 # as the prototype had it for the commit): "fsynced it for real" fails.
 # K, a build whose pg_control writes skip pmwal's real sync: the checkpoint
@@ -64,20 +65,21 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use HhTest;
+use PmwalTest::Hold;
+use PmwalTest::SyncRep;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $started = Time::HiRes::time();
 
-my $w = windows_setup();
-my ($primary, $standby) = @$w{qw(primary standby)};
+my $pair = sync_pair();
+my ($primary, $standby) = @$pair{qw(primary standby)};
 
-sub start_load { return w_start_load($w, @_); }
-sub wait_rows { return w_wait_rows($w, @_); }
-sub cut { return w_cut($w, @_); }
-sub restart_and_check { return w_restart_and_check($w, @_); }
+sub start_load { return pair_load_start($pair, @_); }
+sub wait_rows { return pair_wait_rows($pair, @_); }
+sub cut { return pair_cut($pair, @_); }
+sub restart_and_check { return pair_restart_and_check($pair, @_); }
 
 # --- R. the relation map ----------------------------------------------------
 {
@@ -86,7 +88,7 @@ sub restart_and_check { return w_restart_and_check($w, @_); }
 	my $map = $primary->data_dir . "/base/$db/pg_filenode.map";
 
 	# the map file's own fsync is real, and comes after the WAL write
-	my $s = session($primary);
+	my $s = client_session($primary);
 	my $trace = $primary->basedir . '/relmap.strace';
 	my ($sout, $serr) = ('', '');
 	my $strace = IPC::Run::start(
@@ -135,8 +137,8 @@ sub restart_and_check { return w_restart_and_check($w, @_); }
 	# pg_class locked (as in stock PostgreSQL): a new connection would wait
 	# for it, so an observer session is opened, and its queries run, first.
 	my $filenode = relmap_filenode($map, 1259);
-	my $v = session($primary);
-	my $o = session($primary);
+	my $v = client_session($primary);
+	my $o = client_session($primary);
 	my $observe = "SELECT wait_event, durable_lsn, pg_current_wal_flush_lsn() FROM pg_stat_activity, pmwal_status WHERE pid = $v->{pid};\n";
 	send_and_wait($o, $observe, qr/^\w*\|/m);
 	my $receiver = hold_proc($standby, 'walreceiver');
@@ -266,7 +268,7 @@ SELECT count(*) FROM (
 	# the background writer too: cleaning the transaction's newest pages, it
 	# would flush their WAL (FlushBuffer) before the checkpoint does
 	stop_server_process($primary, $_) for ('walwriter', 'flusher', 'background writer');
-	my $a = session($primary);
+	my $a = client_session($primary);
 	send_and_wait($a, "BEGIN;\nINSERT INTO w SELECT g, repeat(md5(g::text), 60) FROM generate_series(100001, 102000) g;\n",
 		qr/INSERT 0 2000/);
 	# a backend that evicts a dirty page of w flushes the WAL up to that page,
@@ -302,7 +304,8 @@ SELECT count(*) FROM (
 	note("$tag: $c->{summary}");
 	$a->{h}->kill_kill;
 	bg_psql_finish($ckpt);
-	my ($end, $err) = noring_query($primary, 'SELECT redo_lsn FROM pg_control_checkpoint()');
+	my ($end, $err) = without_ring_query($primary, 'SELECT redo_lsn FROM pg_control_checkpoint()',
+		fail_ok => 1, conf => "shared_buffers = 128MB\nmax_connections = 30\n");
 	ok((defined $end && lsn_num($end) < $page_lsn) || copy_broken($err),
 		"$tag: negative control: without its ring the page is ahead of the WAL (which ends at "
 		  . ($end // "?: $err") . ')');

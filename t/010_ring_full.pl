@@ -1,13 +1,12 @@
-# Nothing PostgreSQL trusts may be outside the ring or pg_wal's durable
-# part (converted to the sync layer; the file keeps its old name).
+# A full ring, and segments created inside a WAL write: nothing PostgreSQL
+# trusts may be outside the ring or pg_wal's durable part.
 #
-# The code before the sync layer wrote a commit's WAL without fsync and
-# copied it into the ring afterwards: between the two ("the write
-# window") PostgreSQL trusted WAL only the page cache held.  That window
-# is gone: a WAL write is copied into the ring before it is written, and
-# PostgreSQL trusts it (moves its flush pointer) only after its sync,
-# which pmwal answers from the ring.  The hazards this file guarded, at
-# the sync layer's own dangerous points:
+# A WAL write is copied into the ring before it is written, and PostgreSQL
+# trusts it (moves its flush pointer) only after its sync, which pmwal
+# answers from the ring.  (pmwal 1.x wrote a commit's WAL without fsync and
+# copied it into the ring afterwards: between the two, its "write window",
+# PostgreSQL trusted WAL only the page cache held; that build is case 1's
+# negative control.)  At the sync layer's own dangerous points:
 #
 #	1. issue 9, item 3: a commit that needs more room than the ring has
 #	   must not write first and then wait.  Now a writer that finds the
@@ -40,7 +39,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -154,9 +153,9 @@ autovacuum = off
 		my $st = fill_ring($node, 200 * 1024);
 		note("evict: the ring holds $st->{bytes_in_use} of $st->{capacity} bytes");
 		# the update and a 300 kB message, then COMMIT: no room for it
-		my ($bg, $pid) = hold_at($node, 'durable_after_sync', 'BEGIN',
+		my ($bg, $pid) = hold_at($node, 'durable_after_sync', [ 'BEGIN',
 			q{UPDATE t SET v = 'unacked' WHERE id = 1},
-			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT');
+			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT' ]);
 		my $held = pmwal_status($node);
 		is($held->{ring_full} - $st->{ring_full}, 1,
 			'evict: the commit found the ring full and is held in its own sync of pg_wal');
@@ -173,8 +172,7 @@ autovacuum = off
 # --- 1, negative control: the old build at its write window -----------------
 SKIP:
 {
-	my ($major) = `pg_config --version` =~ /PostgreSQL (\d+)/;
-	my $old = $ENV{PMWAL_OLD_LIBDIR} // ($major == 15 ? '/work/old' : '');
+	my $old = $ENV{PMWAL_OLD_LIBDIR} // (server_major() == 15 ? '/work/old' : '');
 	skip 'the old build (PMWAL_OLD_LIBDIR) is not at hand', 3 unless $old && -f "$old/pmwal.so";
 	my $node;
 	{
@@ -190,9 +188,9 @@ autovacuum = off
 		$node->safe_psql('postgres', q{CREATE EXTENSION pmwal VERSION '1.0'});
 		wait_accelerated($node, 't') or die 'evict_old: commits are not accelerated';
 		stop_server_process($node, $_) for qw(flusher walwriter);
-		my ($bg) = hold_at($node, 'commit_after_write', 'BEGIN',
+		my ($bg) = hold_at($node, 'commit_after_write', [ 'BEGIN',
 			q{UPDATE t SET v = 'unacked' WHERE id = 1},
-			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT');
+			q{SELECT pg_logical_emit_message(true, 'big', repeat('y', 300000))}, 'COMMIT' ]);
 		return $bg;
 	});
 	ok($on_disk, 'negative control: the old build held in its write window lets the page reach disk');
@@ -211,7 +209,7 @@ autovacuum = off
 	my $st = fill_ring($node, 200 * 1024);
 
 	# R writes WAL without an xid in an open transaction
-	my $r = session($node);
+	my $r = psql_session($node);
 	send_and_wait($r, "BEGIN;\nSELECT pg_logical_emit_message(false, 'r', 'x');\nSELECT 'wrote';\n", qr/^wrote$/m);
 	# C finds the ring full and is held in its sync, holding WALWriteLock
 	my ($c) = hold_at($node, 'durable_after_sync',
@@ -266,7 +264,7 @@ autovacuum = off
 	my $cut = powercut($node);
 	note("ckpt: $cut->{summary}");
 	# The hazard is the directory entry of the segment holding the
-	# checkpoint record: the code before the write-window fix created it
+	# checkpoint record: pmwal 1.x (before issue 14's fix) created it
 	# inside a write without fsync and nothing synced pg_wal/ (the cut then
 	# undid its rename and the start failed with "could not locate a valid
 	# checkpoint record").

@@ -1,17 +1,11 @@
-# New segments and checkpoints around a held WAL sync (converted to the
-# sync layer).
+# New segments and checkpoints around a held WAL sync, and pages a real
+# sync covered that are written again.
 #
-# What this file guarded before: a write window whose write ran past what
-# write_window_open() had decided, into a segment nobody had prepared;
-# XLogFileInit created it inside a write without fsync, nothing synced the
-# file or its pg_wal/ entry, and a later real flush into it (a commit, a
-# checkpoint) was trusted while a power cut could still take it.  In the
-# sync layer nothing is decided before a write and PostgreSQL never writes
-# without its own sync: a segment XLogFileInit creates inside a WAL write
-# is synced (its zeros, under the temporary name) and renamed into place
-# by PostgreSQL's durable_rename, which fsyncs pg_wal/ for real (pmwal
-# answers only syncs of WAL segment files).  What can still go wrong is
-# what the ring claims around such writes.  The closest hazards now:
+# PostgreSQL never writes WAL without its own sync: a segment XLogFileInit
+# creates inside a WAL write is synced (its zeros, under the temporary
+# name) and renamed into place by PostgreSQL's durable_rename, which fsyncs
+# pg_wal/ for real (pmwal answers only syncs of WAL segment files).  What
+# can go wrong is what the ring claims around such writes:
 #
 #	A. new segments written while a committer is held in its sync: committer
 #	   A is held at sync_before_publish (its WAL written and copied, the
@@ -67,7 +61,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hF;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -97,7 +91,7 @@ for my $then ('cut', 'checkpoint')
 
 	# A: held inside its WAL sync, holding WALWriteLock (the WAL writer and
 	# the flusher are stopped first)
-	my ($a, $apid) = hold_in_sync($node, 't', 1);
+	my ($a, $apid) = hold_commit($node, sub { "INSERT INTO t VALUES ($_[0])" });
 	note("$name: A (pid $apid) held at sync_before_publish");
 	my ($ok, $txt) = flush_covered($node);
 	ok($ok, "$name: while A is held, the flush pointer is covered ($txt)");
