@@ -149,19 +149,7 @@ sub scenario
 	# dies in the WAL buffers, and the cut has nothing to undo)
 	cmp_ok($cut->{undone}, '>', 0, "$tag: the power cut undid writes not yet fsynced")
 	  unless $opts{sync_commit} || ($opts{expect_loss} && !$opts{pmwal});
-	if ($opts{expect_loss})
-	{
-		cmp_ok($missing, '>', 0, "$tag: acknowledged commits are lost ($missing of $n)");
-	}
-	else
-	{
-		is($missing, 0, "$tag: all $n acknowledged commits are present");
-		cmp_ok($extra, '<=', $load->{clients},
-			"$tag: at most one unacknowledged commit per client is present ($extra)");
-		is($node->safe_psql('postgres',
-				q{SELECT bt_index_check('t_pkey', heapallindexed => true)}),
-			'', "$tag: amcheck finds the primary key and the table consistent");
-	}
+	acked_verdict($node, $tag, $load, $n, $missing, $extra, $opts{expect_loss});
 	$node->stop;
 	return \%r;
 }

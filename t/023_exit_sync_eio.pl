@@ -248,18 +248,6 @@ sub trigger_eio
 	return;
 }
 
-# Wait until the postmaster of $node is gone.
-sub wait_postmaster_gone
-{
-	my ($node) = @_;
-	my $pid = $node->{_pid} or return 1;
-	my $deadline = time + 120;
-	Time::HiRes::sleep(0.1) while kill(0, $pid) && time < $deadline;
-	my $gone = !kill(0, $pid);
-	$node->_update_pid(0) if $gone;
-	return $gone;
-}
-
 # One case: a node with the shim, acknowledged commits whose WAL only the
 # ring holds, then $provoke->($node) makes a real sync fail.
 sub run_case

@@ -44,20 +44,6 @@ my $t0 = Time::HiRes::time();
 my @cleanup;
 END { unlink @cleanup; }
 
-# A file copy of $node's data directory (running or not), as a node of its
-# own with the same postgresql.conf (so the same pmwal.path) on its own port.
-sub copy_of
-{
-	my ($node, $name) = @_;
-	my $copy = PostgreSQL::Test::Cluster->new($name);
-	PostgreSQL::Test::RecursiveCopy::copypath($node->data_dir, $copy->data_dir);
-	chmod 0700, $copy->data_dir;
-	unlink $copy->data_dir . '/postmaster.pid';
-	$copy->append_conf('postgresql.conf', 'port = ' . $copy->port . "\n");
-	$copy->{pmwal_ring} = $node->{pmwal_ring};
-	return $copy;
-}
-
 # Every file in $node's pg_wal, for refused_without_writing's files.
 sub wal_files
 {

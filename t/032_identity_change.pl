@@ -36,7 +36,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hD;
+use PmwalTest::Binding;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use PostgreSQL::Test::RecursiveCopy;
@@ -57,20 +57,6 @@ sub pg_resetwal
 	command_ok([ 'pg_resetwal', @opts, '-D', $node->data_dir ],
 		'pg_resetwal ' . join(' ', @opts) . ' on ' . $node->name);
 	return;
-}
-
-# A file copy of $node's stopped data directory, as a node of its own with
-# the same postgresql.conf (so the same pmwal.path) on its own port.
-sub copy_of
-{
-	my ($node, $name) = @_;
-	my $copy = PostgreSQL::Test::Cluster->new($name);
-	PostgreSQL::Test::RecursiveCopy::copypath($node->data_dir, $copy->data_dir);
-	chmod 0700, $copy->data_dir;
-	unlink $copy->data_dir . '/postmaster.pid';
-	$copy->append_conf('postgresql.conf', 'port = ' . $copy->port . "\n");
-	$copy->{pmwal_ring} = $node->{pmwal_ring};
-	return $copy;
 }
 
 # The server must start; returns the log of the start.

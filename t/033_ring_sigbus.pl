@@ -28,7 +28,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hD;
+use PmwalTest::Binding;
 use POSIX ();
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -113,7 +113,7 @@ sub sigbus_node
 	my $pid = start_child($node);
 	$node->safe_psql('postgres', 'CREATE EXTENSION pmwal; CREATE TABLE t (id int, v text)');
 	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
-	hold_flusher($node);
+	stop_server_process($node, 'flusher');
 	# acknowledged commits, some 40 WAL pages: only the ring holds them durably
 	$node->safe_psql('postgres', "INSERT INTO t SELECT g, repeat('a', 100) FROM generate_series(1, 1000) g");
 	$node->safe_psql('postgres', "INSERT INTO t VALUES ($_, 'one')") for 1001 .. 1010;

@@ -48,7 +48,7 @@ use Time::HiRes ();
 use lib $FindBin::RealBin;
 
 use PmwalTest;
-use hE;
+use PmwalTest::Hold;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -125,19 +125,6 @@ sub raise_limit
 	system('prlimit', '--pid', $pid, '--fsize=unlimited:') == 0
 	  or die "prlimit --pid $pid --fsize=unlimited: failed";
 	return;
-}
-
-# Wait until the postmaster of $node is gone (a PANIC, restart_after_crash
-# off).
-sub wait_postmaster_gone
-{
-	my ($node) = @_;
-	my $pid = $node->{_pid} or return 1;
-	my $deadline = time + 120;
-	Time::HiRes::sleep(0.1) while kill(0, $pid) && time < $deadline;
-	my $gone = !kill(0, $pid);
-	$node->_update_pid(0) if $gone;
-	return $gone;
 }
 
 # After the power cut: the negative control, then the start with the ring,

@@ -628,6 +628,42 @@ sub acked_check
 	return ($acked, $missing, $extra);
 }
 
+# The verdict on acked_check's counts after a power cut: with expect_loss
+# some acknowledged commits must be missing (a negative control); else every
+# one is there, at most one unacknowledged commit per client (the one in
+# flight at the kill), and amcheck finds t and its primary key consistent.
+push @EXPORT, qw(acked_verdict);
+sub acked_verdict
+{
+	my ($node, $tag, $load, $n, $missing, $extra, $expect_loss) = @_;
+	if ($expect_loss)
+	{
+		Test::More::cmp_ok($missing, '>', 0, "$tag: acknowledged commits are lost ($missing of $n)");
+		return;
+	}
+	Test::More::is($missing, 0, "$tag: all $n acknowledged commits are present");
+	Test::More::cmp_ok($extra, '<=', $load->{clients},
+		"$tag: at most one unacknowledged commit per client is present ($extra)");
+	Test::More::is($node->safe_psql('postgres',
+			q{SELECT bt_index_check('t_pkey', heapallindexed => true)}),
+		'', "$tag: amcheck finds the primary key and the table consistent");
+	return;
+}
+
+# Wait until the postmaster of $node is gone (a PANIC with
+# restart_after_crash off, a FATAL at start).  Returns whether it is.
+push @EXPORT, qw(wait_postmaster_gone);
+sub wait_postmaster_gone
+{
+	my ($node) = @_;
+	my $pid = $node->{_pid} or return 1;
+	my $deadline = time + 120;
+	Time::HiRes::sleep(0.1) while kill(0, $pid) && time < $deadline;
+	my $gone = !kill(0, $pid);
+	$node->_update_pid(0) if $gone;
+	return $gone;
+}
+
 # One probe of the ring's store order (issue 12): a node on a small ring
 # (2 MB) under committing load in which one transaction in 20 inserts
 # 20000 rows more -- some 3 MB of WAL, with wal_buffers (16 MB) large

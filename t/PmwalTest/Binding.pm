@@ -29,7 +29,7 @@ use Time::HiRes ();
 use FindBin ();
 use IPC::Run ();
 
-our @EXPORT = qw(binding_node ring_only_cut refused_without_writing
+our @EXPORT = qw(copy_of binding_node ring_only_cut refused_without_writing
   scene_save scene_restore ring_holds ring_gen binding_path binding_file
   binding_current unbind ring_discard wal_past case_line release_build_dir
   ring_head checkpoint_across);
@@ -344,6 +344,20 @@ sub release_build_dir
 	IPC::Run::run([ 'make', '-s', '-C', $dir, 'PMWAL_TEST=', 'pmwal.so' ], '>', \$out, '2>', \$err)
 	  or die "release build failed: $out$err";
 	return ($dir, "$out$err");
+}
+
+# A file copy of $node's data directory (running or not), as a node of its
+# own with the same postgresql.conf (so the same pmwal.path) on its own port.
+sub copy_of
+{
+	my ($node, $name) = @_;
+	my $copy = PostgreSQL::Test::Cluster->new($name);
+	PostgreSQL::Test::RecursiveCopy::copypath($node->data_dir, $copy->data_dir);
+	chmod 0700, $copy->data_dir;
+	unlink $copy->data_dir . '/postmaster.pid';
+	$copy->append_conf('postgresql.conf', 'port = ' . $copy->port . "\n");
+	$copy->{pmwal_ring} = $node->{pmwal_ring};
+	return $copy;
 }
 
 1;
