@@ -432,8 +432,9 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 			/*
 			 * The rest of a short write that went to pg_wal only: the ring
 			 * lacks the beginning of its page, so it is not anchored here.
-			 * It is written through (PostgreSQL's sync of it is real); the
-			 * next write begins on a page and anchors the ring.
+			 * It is written through (PostgreSQL's sync of it is real, or
+			 * pmwal's without fsync); the next write begins on a page and
+			 * anchors the ring.
 			 */
 			RING_UNLOCK();
 			return false;
@@ -525,6 +526,22 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 		if (rc > 0)
 			note_written(start + rc);
 		pmwal_count(CTR_PASS_WRITES, 1);
+
+		/*
+		 * Without fsync PostgreSQL never syncs: each write is a durability
+		 * point, as for the writes the ring takes (below).  A write it
+		 * cannot take (larger than the ring, the rest of a short write) is
+		 * synced for real here -- unless pmwal is switched off, or the
+		 * file's own flags decide (O_DSYNC, O_DIRECT): then fsync = off
+		 * means what it means without pmwal.
+		 */
+		if (rc > 0 && !enableFsync && w->kind == FD_WAL &&
+			pg_atomic_read_u32(&pmwal_shared->enabled) != 0)
+		{
+			SYNC_LOCK();
+			pmwal_sync_range(pg_atomic_read_u64(&pmwal_shared->written_end));
+			SYNC_UNLOCK();
+		}
 		/* a short write: PostgreSQL writes the rest next (or PANICs) */
 		if (rc > 0 && (size_t) rc < len)
 			PMWAL_PAUSE_POINT("write_short");
