@@ -22,9 +22,10 @@
 #  K. Checkpoint record.  Before every write of pg_control pmwal syncs
 #     everything written for real (ring_on_control_write): pg_control never
 #     names a checkpoint record that only the ring holds.  Tested: (K1) a
-#     checkpoint held at control_before_sync -- its record and the data
-#     pages it wrote are ahead of pg_wal's durable WAL, only the ring has
-#     that WAL -- then a power cut; (K2) a checkpoint held after it wrote
+#     checkpoint held at its first real sync of pg_wal after its pages
+#     (checkpointer_before_presync after a data file, or
+#     control_before_sync) -- the data pages it wrote are ahead of pg_wal's
+#     durable WAL, only the ring has that WAL -- then a power cut; (K2) a checkpoint held after it wrote
 #     pg_control (gdb at SyncPostCheckpoint) then a power cut: the record
 #     pg_control names is in pg_wal after the cut, readable without the
 #     ring.  Load goes on during both holds.
@@ -183,18 +184,38 @@ SELECT count(*) FROM (
 		"$tag: amcheck: pg_class's heap is clean");
 }
 
+# A CHECKPOINT held at its first real sync of pg_wal after it wrote its
+# pages: the checkpointer's own after a data file it synced (wal_ring.c
+# ring_on_checkpointer_sync, when 128 kB or more wait), else the one before
+# its pg_control write.  Returns the CHECKPOINT's session, the pid held and
+# the point.
+sub checkpoint_held_before_wal_sync
+{
+	my ($offset) = @_;
+	my @points = qw(checkpointer_before_presync control_before_sync);
+	pause_rearm($primary, $_) for @points;
+	$primary->safe_psql('postgres',
+		"ALTER SYSTEM SET pmwal.test_pause = '" . join(',', @points) . "'; SELECT pg_reload_conf()");
+	my $ckpt = bg_psql($primary, 'CHECKPOINT');
+	my $held_at;
+	for (1 .. 3000)
+	{
+		($held_at) = grep { pause_seen($primary, $_, $offset) } @points;
+		last if $held_at;
+		Time::HiRes::usleep(20_000);
+	}
+	return ($ckpt, $held_at ? pause_seen($primary, $held_at, $offset) : undef, $held_at);
+}
+
 # --- K1. a checkpoint held before its real sync --------------------------------
 {
 	my $tag = 'checkpoint before sync';
 	my $load = start_load($tag);
 	my $ckpt_before = control_checkpoint($primary);
 	my $offset = -s $primary->logfile;
-	pause_rearm($primary, 'control_before_sync');
-	$primary->safe_psql('postgres',
-		"ALTER SYSTEM SET pmwal.test_pause = 'control_before_sync'; SELECT pg_reload_conf()");
-	my $ckpt = bg_psql($primary, 'CHECKPOINT');
-	my $pid = pause_or_exit($primary, 'control_before_sync', $offset, $ckpt);
-	ok($pid, "$tag: the checkpointer is held before pmwal's sync for pg_control");
+	my ($ckpt, $pid, $held_at) = checkpoint_held_before_wal_sync($offset);
+	ok($pid, "$tag: the checkpointer is held before its first real sync of pg_wal after its pages ("
+		  . ($held_at // 'none') . ')');
 	# the next start must not hold its own checkpoint
 	$primary->safe_psql('postgres', 'ALTER SYSTEM RESET pmwal.test_pause');
 	wait_rows($load, 300);
@@ -286,12 +307,9 @@ SELECT count(*) FROM (
 	}
 	cmp_ok($insert, '>', $head, "$tag: the open transaction's newest WAL is beyond the ring's head");
 	my $offset = -s $primary->logfile;
-	pause_rearm($primary, 'control_before_sync');
-	$primary->safe_psql('postgres',
-		"ALTER SYSTEM SET pmwal.test_pause = 'control_before_sync'; SELECT pg_reload_conf()");
-	my $ckpt = bg_psql($primary, 'CHECKPOINT');
-	ok(pause_or_exit($primary, 'control_before_sync', $offset, $ckpt),
-		"$tag: the checkpoint wrote its pages and is held before pmwal's sync for pg_control");
+	my ($ckpt, $pid, $held_at) = checkpoint_held_before_wal_sync($offset);
+	ok($pid, "$tag: the checkpoint wrote its pages and is held before its first real sync of pg_wal ("
+		  . ($held_at // 'none') . ')');
 	$primary->safe_psql('postgres', 'ALTER SYSTEM RESET pmwal.test_pause');
 	my $relpath = $primary->safe_psql('postgres', q{SELECT pg_relation_filepath('w')});
 	my ($page_lsn) = disk_page_lsn_max($primary, $relpath);
