@@ -32,6 +32,7 @@
 #include "access/xlog_internal.h"
 #include "catalog/pg_control.h"
 
+#include "pmwal_compat.h"
 #include "ring_format.h"
 
 /* the limits of pmwal.size */
@@ -94,7 +95,7 @@ typedef struct PageRun
 /* ring_access.c */
 extern int	try_open_ring(const char *path, int flags, struct stat *st, bool *missing,
 						  char *why, size_t whylen);
-extern void open_failed(const char *path, const struct stat *st, const char *why) pg_attribute_noreturn();
+pmwal_noreturn extern void open_failed(const char *path, const struct stat *st, const char *why);
 extern bool ring_size(const char *path, const struct stat *st, uint64 *size,
 					  char *why, size_t whylen);
 extern void map_ring(Ring *ring, bool writable);

@@ -2,10 +2,12 @@
  *
  * pmwal_compat.h
  *		The differences between the PostgreSQL major versions pmwal builds
- *		against (15 to 18), in one place.
+ *		against (15 to 19), in one place.
  *
  * Only names and signatures differ here; which system calls each version's
  * WAL code makes was checked against the interposer (docs/versions.md).
+ * The first part is for pmwal_ctl (a frontend program) too; the rest only
+ * for the server module.
  *
  * IDENTIFICATION
  *		pmwal_compat.h
@@ -14,6 +16,21 @@
  */
 #ifndef PMWAL_COMPAT_H
 #define PMWAL_COMPAT_H
+
+/*
+ * 18 replaced the attribute pg_attribute_noreturn(), written after a
+ * declaration, with pg_noreturn, written first (C11 _Noreturn; in 19 C23's
+ * [[noreturn]] where the compiler has it, which must open the declaration:
+ * "pmwal_noreturn extern void f(void);").  Before 18, GCC's attribute is
+ * allowed there too.
+ */
+#if PG_VERSION_NUM >= 180000
+#define pmwal_noreturn				pg_noreturn
+#else
+#define pmwal_noreturn				pg_attribute_noreturn()
+#endif
+
+#ifndef FRONTEND
 
 #include "access/xlog.h"
 #include "storage/proc.h"
@@ -47,5 +64,7 @@
 #else
 #define pmwal_new_wait_event(name)	PG_WAIT_EXTENSION
 #endif
+
+#endif							/* !FRONTEND */
 
 #endif							/* PMWAL_COMPAT_H */

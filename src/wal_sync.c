@@ -30,6 +30,7 @@
 #include "access/xlog_internal.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "utils/wait_event.h"
 
 #include "pmwal.h"
 
