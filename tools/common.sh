@@ -5,7 +5,8 @@
 
 # Everything the tests and the demo call: the build, the server, IPC::Run
 # for TAP, gdb and strace (tests hold and watch server processes), procps
-# (pgrep, ps), gnuplot (the demo's plot), pip (fetching 16-18) and bzip2.
+# (pgrep, ps), gnuplot (the demo's plot), pip (fetching 16-18) and bzip2;
+# 19's chroot has its own list (tools/pg19.sh).
 # tools/fresh-check proves on a new Debian 12 that nothing else is needed.
 PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb strace python3-pip bzip2"
 
