@@ -52,8 +52,10 @@ pg19_manifest() {
 
 # Build the chroot unless a complete one with the same pins is cached.
 # Built beside it and renamed at the end, so an interrupted build leaves
-# nothing that looks complete.  Serialised by a lock: two checkouts may run
-# tools/test --pg 19 at the same time.
+# nothing that looks complete.  Two checkouts may run tools/test --pg 19 at
+# the same time: a build holds the lock (fd 9) exclusively, a test run
+# shared, from here until the caller ends, so that no build replaces a
+# chroot a run is using.
 pg19_chroot() {
 	local root tmp started lock
 	root=$(pg19_root)
@@ -63,7 +65,7 @@ pg19_chroot() {
 	flock 9
 	if [ -f "$root$PG19_MARK" ] && [ "$(cat "$root$PG19_MARK")" = "$(pg19_manifest)" ]; then
 		echo "== PostgreSQL 19: the sid chroot $root (cached: $(head -n 1 "$root$PG19_MARK"))"
-		exec 9>&-
+		flock -s 9
 		return 0
 	fi
 	started=$(date +%s)
@@ -132,7 +134,7 @@ EOF
 	mv "$tmp.log" "$root.debootstrap.log"
 	echo "== PostgreSQL 19: the sid chroot $root built in $(( $(date +%s) - started )) s:" \
 		"$(chroot "$root" /usr/lib/postgresql/19/bin/postgres --version)"
-	exec 9>&-
+	flock -s 9
 }
 
 # Nothing may be mounted below a chroot that is about to be removed.
