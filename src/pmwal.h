@@ -38,6 +38,7 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 
+#include "pmwal_compat.h"
 #include "pmwal_version.h"
 #include "ring_format.h"
 

@@ -311,7 +311,7 @@ anchor(TimeLineID tli, XLogRecPtr start)
 	pg_atomic_write_u32(&pmwal_shared->anchored, 1);
 	pmwal_count(CTR_ANCHORS, 1);
 	ereport(LOG,
-			(errmsg("pmwal ring \"%s\" anchored at %X/%X on timeline %u; WAL syncs are answered from it",
+			(errmsg("pmwal ring \"%s\" anchored at " PMWAL_LSN " on timeline %u; WAL syncs are answered from it",
 					pmwal_ring->path, LSN_FORMAT_ARGS(start), tli)));
 }
 

@@ -123,7 +123,7 @@ sub acked_missing
 sub lsn_text
 {
 	my ($n) = @_;
-	return sprintf('%X/%X', int($n / 2**32), $n % 2**32);
+	return lsn_format($n);
 }
 
 # The highest page LSN (pd_lsn) among the pages of a relation's main fork

@@ -1028,6 +1028,16 @@ sub bg_psql_finish
 	return ($bg->{h}->result(0), ${ $bg->{out} }, ${ $bg->{err} });
 }
 
+# An LSN as the server and pmwal print it: 19 pads the low half to eight
+# digits ("0/0163A2F8"), older servers do not ("0/163A2F8").
+push @EXPORT, qw(lsn_format);
+sub lsn_format
+{
+	my ($n) = @_;
+	return sprintf(defined $server_major && $server_major >= 19 ? '%X/%08X' : '%X/%X',
+		int($n / 2**32), $n % 2**32);
+}
+
 # LSN text (X/Y) as a number.
 sub lsn_num
 {

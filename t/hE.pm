@@ -36,7 +36,7 @@ our @EXPORT = qw(quiet_node until_paused ring_words lsn_text
   acked_insert flush_lsn);
 
 # LSN number as text X/Y.
-sub lsn_text { return sprintf('%X/%X', int($_[0] / 2**32), $_[0] % 2**32); }
+sub lsn_text { return lsn_format($_[0]); }
 
 # A node under the power-cut log whose WAL only pmwal syncs (QUIET_WAL, the
 # flusher every 60 s, no autovacuum), with table t (bigint primary key),
@@ -51,8 +51,13 @@ sub quiet_node
 	$node->{ring_cut} = $opts{ring_cut} if $opts{ring_cut};
 	if ($opts{plain}) { $node->start; }
 	else              { powercut_start($node); }
+	# VACUUM sets the hint bits of every catalog row there is, before the
+	# checkpoint: a later reader would set them itself and write a full page
+	# image of the catalog page (FPI_FOR_HINT, ~8 kB of WAL) in the middle of
+	# a test's WAL layout (on 19, pg_type's last page, read by the next
+	# connection's first query)
 	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); VACUUM; CHECKPOINT');
 	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
 	return $node;
 }
