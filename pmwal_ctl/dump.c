@@ -187,7 +187,7 @@ static char *
 waldump_command(const char *waldump, const char *dir, TimeLineID tli, XLogRecPtr first,
 				XLogRecPtr end)
 {
-	return psprintf("%s --path=%s --timeline=%u --start=%X/%X --end=%X/%X",
+	return psprintf("%s --path=%s --timeline=%u --start=" PMWAL_LSN " --end=" PMWAL_LSN,
 					waldump, dir, tli, LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(end));
 }
 
@@ -215,26 +215,26 @@ dump_salvage(Ring *ring, const char *dir)
 
 	if (!salvage_pages(ring, &run))
 	{
-		pg_log_error("the ring's positions are inconsistent, and not even the page of its tail, %X/%X, reads as this ring's WAL: %s",
+		pg_log_error("the ring's positions are inconsistent, and not even the page of its tail, " PMWAL_LSN ", reads as this ring's WAL: %s",
 					 LSN_FORMAT_ARGS(run.from), run.stop);
 		pg_log_error_detail("The positions: %s.  Nothing was dumped.", problems);
 		pg_log_error_hint("\"pmwal_ctl inspect\" shows the header; keep a copy of the ring file before resetting or unbinding it.");
 		return EXIT_UNUSABLE;
 	}
 	if (hdr->head.v > run.to)
-		head_is = psprintf("that is short of the head, %X/%X", LSN_FORMAT_ARGS(hdr->head.v));
+		head_is = psprintf("that is short of the head, " PMWAL_LSN, LSN_FORMAT_ARGS(hdr->head.v));
 	else if (hdr->head.v > run.from)
-		head_is = psprintf("which covers the head, %X/%X", LSN_FORMAT_ARGS(hdr->head.v));
+		head_is = psprintf("which covers the head, " PMWAL_LSN, LSN_FORMAT_ARGS(hdr->head.v));
 	else
-		head_is = psprintf("past the head, %X/%X", LSN_FORMAT_ARGS(hdr->head.v));
+		head_is = psprintf("past the head, " PMWAL_LSN, LSN_FORMAT_ARGS(hdr->head.v));
 	pg_log_warning("the ring's positions are inconsistent: %s", problems);
-	pg_log_warning_detail("A start refuses this ring.  Dumped instead: the " UINT64_FORMAT " pages from the page of the tail, %X/%X, on whose page headers are valid for this ring and continue one another, up to %X/%X, %s: they end %s%s.",
+	pg_log_warning_detail("A start refuses this ring.  Dumped instead: the " UINT64_FORMAT " pages from the page of the tail, " PMWAL_LSN ", on whose page headers are valid for this ring and continue one another, up to " PMWAL_LSN ", %s: they end %s%s.",
 						  (run.to - run.from) / XLOG_BLCKSZ, LSN_FORMAT_ARGS(run.from),
 						  LSN_FORMAT_ARGS(run.to), head_is,
 						  run.stop ? "where " : "with one whole lap of the ring",
 						  run.stop ? run.stop : "");
 	nsegs = dump_ring(ring, dir, run.from, run.to, run.tli);
-	printf("wrote WAL %X/%X to %X/%X of timeline %u into %d segment file(s) in \"%s\"\n",
+	printf("wrote WAL " PMWAL_LSN " to " PMWAL_LSN " of timeline %u into %d segment file(s) in \"%s\"\n",
 		   LSN_FORMAT_ARGS(run.from), LSN_FORMAT_ARGS(run.to), run.tli, nsegs, dir);
 	if (run.first >= run.to)
 		printf("the pages hold only the middle of one record, which pg_waldump cannot read\n");
@@ -264,7 +264,7 @@ cmd_dump(Ring *ring, const char *dir)
 		return EXIT_OK;
 	}
 	nsegs = dump_ring(ring, dir, hdr->tail.v, hdr->head.v, (TimeLineID) hdr->timeline.v);
-	printf("wrote WAL %X/%X to %X/%X of timeline %u into %d segment file(s) in \"%s\"\n",
+	printf("wrote WAL " PMWAL_LSN " to " PMWAL_LSN " of timeline %u into %d segment file(s) in \"%s\"\n",
 		   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 		   (TimeLineID) hdr->timeline.v, nsegs, dir);
 	if ((wrong = check_pages(ring, &first)) != NULL)

@@ -155,7 +155,7 @@ describe_overwritten_ring(const RingHeader *hdr, RingCheck verdict, const char *
 		snprintf(buf, len, "a pmwal ring whose header is not usable (%s)", detail);
 	else if (ring_holds_wal(hdr))
 		snprintf(buf, len, "pmwal ring %s of system identifier " UINT64_FORMAT
-				 ", with WAL %X/%X to %X/%X (" UINT64_FORMAT " bytes) of timeline " UINT64_FORMAT
+				 ", with WAL " PMWAL_LSN " to " PMWAL_LSN " (" UINT64_FORMAT " bytes) of timeline " UINT64_FORMAT
 				 " that is discarded",
 				 id, hdr->st.s.system_identifier,
 				 LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
@@ -432,7 +432,7 @@ cmd_reset(Ring *ring)
 	}
 	if (ring_holds_wal(hdr))
 	{
-		printf("discarding WAL %X/%X to %X/%X (" UINT64_FORMAT " bytes) of timeline " UINT64_FORMAT "\n",
+		printf("discarding WAL " PMWAL_LSN " to " PMWAL_LSN " (" UINT64_FORMAT " bytes) of timeline " UINT64_FORMAT "\n",
 			   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 			   hdr->head.v - hdr->tail.v, (uint64) hdr->timeline.v);
 		if (ring_owner_valid(&hdr->owner))

@@ -56,8 +56,8 @@ print_fields(const Ring *ring, RingCheck verdict, ControlFileData *control)
 	printf(LABEL "%s\n", "state:", ring_state_name(hdr->state.v));
 	printf(LABEL UINT64_FORMAT "\n", "timeline:", (uint64) hdr->timeline.v);
 	printf(LABEL UINT64_FORMAT "\n", "generation:", (uint64) hdr->generation.v);
-	printf(LABEL "%X/%X\n", "tail:", LSN_FORMAT_ARGS(hdr->tail.v));
-	printf(LABEL "%X/%X\n", "head:", LSN_FORMAT_ARGS(hdr->head.v));
+	printf(LABEL PMWAL_LSN "\n", "tail:", LSN_FORMAT_ARGS(hdr->tail.v));
+	printf(LABEL PMWAL_LSN "\n", "head:", LSN_FORMAT_ARGS(hdr->head.v));
 	if (ring_owner_valid(owner))
 	{
 		char		when[64];
@@ -86,10 +86,10 @@ print_restore(const RingHeader *hdr, ControlFileData *control, const char *datad
 	if (backup_label_start(datadir, &backup_start))
 	{
 		if (hdr->head.v <= backup_start)
-			printf(LABEL "no: all of it precedes the start %X/%X of the base backup this data directory is restored from (backup_label); a start empties the ring\n",
+			printf(LABEL "no: all of it precedes the start " PMWAL_LSN " of the base backup this data directory is restored from (backup_label); a start empties the ring\n",
 				   label, LSN_FORMAT_ARGS(backup_start));
 		else
-			printf(LABEL "REFUSED: the data directory is being restored from a base backup (backup_label, start %X/%X), and the ring's WAL may be the WAL of the server the backup was taken from\n",
+			printf(LABEL "REFUSED: the data directory is being restored from a base backup (backup_label, start " PMWAL_LSN "), and the ring's WAL may be the WAL of the server the backup was taken from\n",
 				   label, LSN_FORMAT_ARGS(backup_start));
 		return;
 	}
@@ -113,7 +113,7 @@ print_restore(const RingHeader *hdr, ControlFileData *control, const char *datad
 	}
 	if (shut_down_cleanly(control))
 	{
-		printf(LABEL "REFUSED: pg_control says the cluster shut down cleanly at %X/%X since the ring was written; its WAL is not this cluster's history any more\n",
+		printf(LABEL "REFUSED: pg_control says the cluster shut down cleanly at " PMWAL_LSN " since the ring was written; its WAL is not this cluster's history any more\n",
 			   label, LSN_FORMAT_ARGS(control->checkPoint));
 		return;
 	}
@@ -130,11 +130,11 @@ print_restore(const RingHeader *hdr, ControlFileData *control, const char *datad
 		printf(LABEL "REFUSED unless the cluster's history (timeline %u) left timeline %u after the ring's head (then the ring is emptied)\n",
 			   label, ckpt_tli, tli);
 	else if (RING_PAGE(control->checkPoint) > hdr->tail.v || control->checkPoint >= hdr->head.v)
-		printf(LABEL "REFUSED: the ring (%X/%X to %X/%X) does not cover the cluster's last checkpoint at %X/%X: it is not the ring the cluster wrote last\n",
+		printf(LABEL "REFUSED: the ring (" PMWAL_LSN " to " PMWAL_LSN ") does not cover the cluster's last checkpoint at " PMWAL_LSN ": it is not the ring the cluster wrote last\n",
 			   label, LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 			   LSN_FORMAT_ARGS(control->checkPoint));
 	else
-		printf(LABEL "yes: %X/%X to %X/%X, once it reads as the continuation of pg_wal from the checkpoint at %X/%X\n",
+		printf(LABEL "yes: " PMWAL_LSN " to " PMWAL_LSN ", once it reads as the continuation of pg_wal from the checkpoint at " PMWAL_LSN "\n",
 			   label, LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 			   LSN_FORMAT_ARGS(control->checkPoint));
 }
@@ -157,7 +157,7 @@ print_pages(const Ring *ring)
 			   "WAL pages:", run.stop);
 		return false;
 	}
-	printf(LABEL UINT64_FORMAT " pages from %X/%X to %X/%X read as this ring's WAL (from the page of the tail on, valid page headers that continue one another), %s; \"pmwal_ctl dump\" writes them out\n",
+	printf(LABEL UINT64_FORMAT " pages from " PMWAL_LSN " to " PMWAL_LSN " read as this ring's WAL (from the page of the tail on, valid page headers that continue one another), %s; \"pmwal_ctl dump\" writes them out\n",
 		   "WAL pages:", (run.to - run.from) / XLOG_BLCKSZ,
 		   LSN_FORMAT_ARGS(run.from), LSN_FORMAT_ARGS(run.to),
 		   hdr->head.v > run.to ? "short of the head" :

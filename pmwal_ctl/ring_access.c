@@ -327,13 +327,13 @@ position_problems(const RingHeader *hdr)
 	else if (ring_holds_wal(hdr))
 	{
 		if (hdr->head.v - hdr->tail.v > cap)
-			ADD_PROBLEM("the tail %X/%X and the head %X/%X are " UINT64_FORMAT " bytes apart, more than the capacity " UINT64_FORMAT,
+			ADD_PROBLEM("the tail " PMWAL_LSN " and the head " PMWAL_LSN " are " UINT64_FORMAT " bytes apart, more than the capacity " UINT64_FORMAT,
 						LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						hdr->head.v - hdr->tail.v, cap);
 		if (hdr->tail.v % XLOG_BLCKSZ != 0)
-			ADD_PROBLEM("the tail %X/%X is not on a page boundary", LSN_FORMAT_ARGS(hdr->tail.v));
+			ADD_PROBLEM("the tail " PMWAL_LSN " is not on a page boundary", LSN_FORMAT_ARGS(hdr->tail.v));
 		if (hdr->head.v % XLOG_BLCKSZ != 0)
-			ADD_PROBLEM("the head %X/%X is not on a page boundary", LSN_FORMAT_ARGS(hdr->head.v));
+			ADD_PROBLEM("the head " PMWAL_LSN " is not on a page boundary", LSN_FORMAT_ARGS(hdr->head.v));
 		if (hdr->timeline.v == 0 || hdr->timeline.v > PG_UINT32_MAX)
 			ADD_PROBLEM("the timeline word holds " UINT64_FORMAT ", which is no timeline",
 						(uint64) hdr->timeline.v);

@@ -128,12 +128,12 @@ bound_ring_state(const BindingSlot *slot, char **state)
 	}
 	if (gen > slot->generation + 1)
 	{
-		*state = psprintf("ring \"%s\" holds WAL %X/%X to %X/%X, but of another copy of this data directory, which bound it since (generation " UINT64_FORMAT ", the binding's " UINT64_FORMAT ")",
+		*state = psprintf("ring \"%s\" holds WAL " PMWAL_LSN " to " PMWAL_LSN ", but of another copy of this data directory, which bound it since (generation " UINT64_FORMAT ", the binding's " UINT64_FORMAT ")",
 						  ring.path, LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						  gen, slot->generation);
 		return BOUND_FREE;
 	}
-	*state = psprintf("ring \"%s\" holds WAL %X/%X to %X/%X (generation " UINT64_FORMAT ") that pg_wal may lack",
+	*state = psprintf("ring \"%s\" holds WAL " PMWAL_LSN " to " PMWAL_LSN " (generation " UINT64_FORMAT ") that pg_wal may lack",
 					  ring.path, LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v), gen);
 	return BOUND_HOLDS;
 }

@@ -204,8 +204,8 @@ run_waldump(const char *waldump, const char *dir, const RingHeader *hdr,
 	argv[0] = (char *) waldump;
 	argv[1] = psprintf("--path=%s", dir);
 	argv[2] = psprintf("--timeline=%u", (TimeLineID) hdr->timeline.v);
-	argv[3] = psprintf("--start=%X/%X", LSN_FORMAT_ARGS(first));
-	argv[4] = psprintf("--end=%X/%X", LSN_FORMAT_ARGS(hdr->head.v));
+	argv[3] = psprintf("--start=" PMWAL_LSN, LSN_FORMAT_ARGS(first));
+	argv[4] = psprintf("--end=" PMWAL_LSN, LSN_FORMAT_ARGS(hdr->head.v));
 	argv[5] = NULL;
 	if ((f = spawn(argv, &pid)) == NULL)
 	{
@@ -271,7 +271,7 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 	}
 	last_page = hdr->head.v - XLOG_BLCKSZ;
 	if (control && hdr->head.v <= control->checkPoint)
-		printf(LABEL "all of it precedes the checkpoint at %X/%X; a start would not restore it\n",
+		printf(LABEL "all of it precedes the checkpoint at " PMWAL_LSN "; a start would not restore it\n",
 			   "note:", LSN_FORMAT_ARGS(control->checkPoint));
 
 	/* the page headers: no tool needed */
@@ -280,13 +280,13 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 		printf(LABEL "DAMAGED: %s; a start would refuse to restore it\n", "WAL:", wrong);
 		return EXIT_UNUSABLE;
 	}
-	printf(LABEL UINT64_FORMAT " page%s from %X/%X to %X/%X, every page header valid\n", "pages:",
+	printf(LABEL UINT64_FORMAT " page%s from " PMWAL_LSN " to " PMWAL_LSN ", every page header valid\n", "pages:",
 		   (hdr->head.v - hdr->tail.v) / XLOG_BLCKSZ,
 		   hdr->head.v - hdr->tail.v == XLOG_BLCKSZ ? "" : "s",
 		   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v));
 	if (first >= hdr->head.v)
 	{
-		printf(LABEL "ok: %X/%X to %X/%X holds only the middle of one record, which begins before the tail and continues past the head\n",
+		printf(LABEL "ok: " PMWAL_LSN " to " PMWAL_LSN " holds only the middle of one record, which begins before the tail and continues past the head\n",
 			   "WAL:", LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v));
 		return EXIT_OK;
 	}
@@ -294,7 +294,7 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 	/* the records: pg_waldump over a dump */
 	if (!find_waldump(argv0, waldump, why, sizeof(why)))
 	{
-		printf(LABEL "NOT CHECKED: %s; the records from %X/%X to %X/%X were not read, and nothing is known to be wrong with them\n",
+		printf(LABEL "NOT CHECKED: %s; the records from " PMWAL_LSN " to " PMWAL_LSN " were not read, and nothing is known to be wrong with them\n",
 			   "WAL:", why, LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(hdr->head.v));
 		printf(LABEL "install PostgreSQL %s's pg_waldump (it comes with the server) or put its directory on PATH, then verify again\n",
 			   "what to do:", PG_MAJORVERSION);
@@ -324,26 +324,26 @@ cmd_verify(Ring *ring, ControlFileData *control, const char *argv0)
 	}
 	if (run.skipped)
 	{
-		printf(LABEL "DAMAGED: the first record after the tail does not begin at %X/%X, where the page headers put it; a start would refuse to restore it\n",
+		printf(LABEL "DAMAGED: the first record after the tail does not begin at " PMWAL_LSN ", where the page headers put it; a start would refuse to restore it\n",
 			   "WAL:", LSN_FORMAT_ARGS(first));
 		return EXIT_UNUSABLE;
 	}
 	if (run.exit_code == 0)
-		printf(LABEL "ok: %X/%X to %X/%X: " UINT64_FORMAT " records from %X/%X read cleanly to the head%s\n",
+		printf(LABEL "ok: " PMWAL_LSN " to " PMWAL_LSN ": " UINT64_FORMAT " records from " PMWAL_LSN " read cleanly to the head%s\n",
 			   "WAL:", LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 			   run.nrecords, LSN_FORMAT_ARGS(first),
 			   run.end < hdr->head.v ? ", and the record after them continues past it" : "");
 	else if (run.end >= last_page)
-		printf(LABEL "ok: %X/%X to %X/%X: " UINT64_FORMAT " records from %X/%X read cleanly up to %X/%X, in the last page, where the WAL ends\n",
+		printf(LABEL "ok: " PMWAL_LSN " to " PMWAL_LSN ": " UINT64_FORMAT " records from " PMWAL_LSN " read cleanly up to " PMWAL_LSN ", in the last page, where the WAL ends\n",
 			   "WAL:", LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 			   run.nrecords, LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(run.end));
 	else if (run.nrecords == 0 && record_continues_past_head(ring, first))
-		printf(LABEL "ok: %X/%X to %X/%X: the first record, at %X/%X, continues past the head\n",
+		printf(LABEL "ok: " PMWAL_LSN " to " PMWAL_LSN ": the first record, at " PMWAL_LSN ", continues past the head\n",
 			   "WAL:", LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 			   LSN_FORMAT_ARGS(first));
 	else
 	{
-		printf(LABEL "DAMAGED: reading from %X/%X stopped at the record at %X/%X, before the last page at %X/%X; a start would refuse to restore it\n",
+		printf(LABEL "DAMAGED: reading from " PMWAL_LSN " stopped at the record at " PMWAL_LSN ", before the last page at " PMWAL_LSN "; a start would refuse to restore it\n",
 			   "WAL:", LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(run.end),
 			   LSN_FORMAT_ARGS(last_page));
 		printf(LABEL "%s\n", "pg_waldump says:", run.error);

@@ -58,17 +58,17 @@ check_page_run(const Ring *ring, XLogRecPtr from, XLogRecPtr to, TimeLineID tli,
 
 		*bad = p;
 		if (ph->xlp_magic != XLOG_PAGE_MAGIC)
-			return psprintf("the ring's page at %X/%X has no valid page header (magic %04X, not %04X)",
+			return psprintf("the ring's page at " PMWAL_LSN " has no valid page header (magic %04X, not %04X)",
 							LSN_FORMAT_ARGS(p), ph->xlp_magic, XLOG_PAGE_MAGIC);
 		if (ph->xlp_pageaddr != p)
-			return psprintf("the ring's page at %X/%X has the page header of %X/%X",
+			return psprintf("the ring's page at " PMWAL_LSN " has the page header of " PMWAL_LSN,
 							LSN_FORMAT_ARGS(p), LSN_FORMAT_ARGS(ph->xlp_pageaddr));
 		if ((ph->xlp_info & ~XLP_ALL_FLAGS) != 0 ||
 			((ph->xlp_info & XLP_LONG_HEADER) != 0) != is_long)
-			return psprintf("the ring's page at %X/%X has invalid info bits %04X in its page header",
+			return psprintf("the ring's page at " PMWAL_LSN " has invalid info bits %04X in its page header",
 							LSN_FORMAT_ARGS(p), ph->xlp_info);
 		if (ph->xlp_tli == 0 || ph->xlp_tli > tli)
-			return psprintf("the ring's page at %X/%X is of timeline %u, the ring's is %u",
+			return psprintf("the ring's page at " PMWAL_LSN " is of timeline %u, the ring's is %u",
 							LSN_FORMAT_ARGS(p), ph->xlp_tli, tli);
 		if (is_long)
 		{
@@ -76,16 +76,16 @@ check_page_run(const Ring *ring, XLogRecPtr from, XLogRecPtr to, TimeLineID tli,
 
 			if (lh->xlp_sysid != hdr->st.s.system_identifier ||
 				lh->xlp_seg_size != segsize || lh->xlp_xlog_blcksz != XLOG_BLCKSZ)
-				return psprintf("the ring's page at %X/%X has a long page header of another cluster or geometry (system identifier " UINT64_FORMAT ", segment size %u, block size %u)",
+				return psprintf("the ring's page at " PMWAL_LSN " has a long page header of another cluster or geometry (system identifier " UINT64_FORMAT ", segment size %u, block size %u)",
 								LSN_FORMAT_ARGS(p), lh->xlp_sysid, lh->xlp_seg_size,
 								lh->xlp_xlog_blcksz);
 		}
 		if ((ph->xlp_info & XLP_FIRST_IS_CONTRECORD) != 0 && ph->xlp_rem_len == 0)
-			return psprintf("the ring's page at %X/%X continues a record, with 0 bytes left of it",
+			return psprintf("the ring's page at " PMWAL_LSN " continues a record, with 0 bytes left of it",
 							LSN_FORMAT_ARGS(p));
 		if (cont > 0 &&
 			((ph->xlp_info & XLP_FIRST_IS_CONTRECORD) == 0 || ph->xlp_rem_len != cont))
-			return psprintf("the ring's page at %X/%X does not continue the record of the page before it (%u bytes of it left)",
+			return psprintf("the ring's page at " PMWAL_LSN " does not continue the record of the page before it (%u bytes of it left)",
 							LSN_FORMAT_ARGS(p), cont);
 
 		/* what the next page must begin with, and where records start */
@@ -147,7 +147,7 @@ salvage_pages(const Ring *ring, PageRun *run)
 	run->first = run->from;
 	if (run->from > PG_UINT64_MAX - cap)
 	{
-		run->stop = psprintf("the tail %X/%X is no WAL position", LSN_FORMAT_ARGS(hdr->tail.v));
+		run->stop = psprintf("the tail " PMWAL_LSN " is no WAL position", LSN_FORMAT_ARGS(hdr->tail.v));
 		return false;
 	}
 	if (hdr->timeline.v != 0 && hdr->timeline.v <= PG_UINT32_MAX)

@@ -388,7 +388,7 @@ require_bound_ring_free(const BindingSlot *slot, const char *why_looking)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal cannot start: ring \"%s\" holds this cluster's acknowledged WAL", slot->ring_path),
-				 errdetail("The cluster did not shut down cleanly, and ring %s (generation %llu) holds WAL from %X/%X to %X/%X that pg_wal may lack.  %s",
+				 errdetail("The cluster did not shut down cleanly, and ring %s (generation %llu) holds WAL from " PMWAL_LSN " to " PMWAL_LSN " that pg_wal may lack.  %s",
 						   id, (unsigned long long) hdr->generation.v,
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   why_looking),
@@ -495,7 +495,7 @@ pmwal_binding_may_follow(ControlFileData *control)
 	char		here[PATH_MAX];
 
 	if (ring_holds_wal(hdr))
-		return psprintf("The ring holds WAL from %X/%X to %X/%X, written under the old identity; pmwal gives a ring a new identity only while it holds nothing.",
+		return psprintf("The ring holds WAL from " PMWAL_LSN " to " PMWAL_LSN ", written under the old identity; pmwal gives a ring a new identity only while it holds nothing.",
 						LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v));
 	if (restored_from_backup())
 		return psprintf("This data directory is being restored from a base backup (\"%s\" exists): the binding file it carries is not trusted.",
@@ -581,7 +581,7 @@ pmwal_binding_check(ControlFileData *control)
 		{
 			ereport(LOG,
 					(errmsg("pmwal ring \"%s\" holds only WAL older than the base backup this data directory is restored from; not restored", path),
-					 errdetail("The ring holds %X/%X to %X/%X; the backup starts at %X/%X (\"%s\").",
+					 errdetail("The ring holds " PMWAL_LSN " to " PMWAL_LSN "; the backup starts at " PMWAL_LSN " (\"%s\").",
 							   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 							   LSN_FORMAT_ARGS(backup_start), BACKUP_LABEL_FILE)));
 			return RESTORE_DROP;
@@ -589,7 +589,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal ring \"%s\" holds WAL, but this data directory is being restored from a base backup; nothing was restored", path),
-				 errdetail("The ring holds %X/%X to %X/%X, and \"%s\" exists.  That WAL may belong to the server the backup was taken from (data directory %s).",
+				 errdetail("The ring holds " PMWAL_LSN " to " PMWAL_LSN ", and \"%s\" exists.  That WAL may belong to the server the backup was taken from (data directory %s).",
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   BACKUP_LABEL_FILE, owner),
 				 errhint("If that server is gone and its archive lacks this WAL, save it with \"pmwal_ctl dump\" into the archive; then \"pmwal_ctl reset --discard-wal\", or give this server another pmwal.path.")));
@@ -606,7 +606,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal ring \"%s\" holds WAL this data directory left behind; nothing was restored", path),
-				 errdetail("This data directory wrote the ring's WAL (ring %s, generation %llu, from %X/%X to %X/%X), but it has been bound since to ring %s at \"%s\" (generation %llu): the ring's WAL is not the cluster's history any more.",
+				 errdetail("This data directory wrote the ring's WAL (ring %s, generation %llu, from " PMWAL_LSN " to " PMWAL_LSN "), but it has been bound since to ring %s at \"%s\" (generation %llu): the ring's WAL is not the cluster's history any more.",
 						   rid, (unsigned long long) hdr->generation.v,
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   bid, slot.ring_path, (unsigned long long) slot.generation),
@@ -619,7 +619,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("pmwal ring \"%s\" holds WAL of another data directory; nothing was restored", path),
-				 errdetail("The ring (ring %s, generation %llu, bound by data directory %s) holds WAL from %X/%X to %X/%X, but %s.",
+				 errdetail("The ring (ring %s, generation %llu, bound by data directory %s) holds WAL from " PMWAL_LSN " to " PMWAL_LSN ", but %s.",
 						   rid, (unsigned long long) hdr->generation.v, owner,
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   state == BINDING_ABSENT ? "this data directory has no binding file (" BINDING_PATH ")"
@@ -631,7 +631,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("pmwal ring \"%s\" holds WAL of another copy of this data directory; nothing was restored", path),
-				 errdetail("The ring is at generation %llu, this data directory's binding at %llu: the ring was bound since by a copy of this data directory (%s), whose WAL it holds from %X/%X to %X/%X.",
+				 errdetail("The ring is at generation %llu, this data directory's binding at %llu: the ring was bound since by a copy of this data directory (%s), whose WAL it holds from " PMWAL_LSN " to " PMWAL_LSN ".",
 						   (unsigned long long) hdr->generation.v,
 						   (unsigned long long) slot.generation, owner,
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v)),
@@ -640,7 +640,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal ring \"%s\" is older than this data directory's binding to it; nothing was restored", path),
-				 errdetail("The ring is at generation %llu, the data directory's binding at %llu: the ring file was replaced by an earlier copy of itself (WAL %X/%X to %X/%X), and the acknowledged WAL it held since is not in it.",
+				 errdetail("The ring is at generation %llu, the data directory's binding at %llu: the ring file was replaced by an earlier copy of itself (WAL " PMWAL_LSN " to " PMWAL_LSN "), and the acknowledged WAL it held since is not in it.",
 						   (unsigned long long) hdr->generation.v,
 						   (unsigned long long) slot.generation,
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v)),
@@ -649,7 +649,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("pmwal ring \"%s\" holds WAL of the server in data directory %s, not of this one; nothing was restored", path, owner),
-				 errdetail("The ring holds WAL from %X/%X to %X/%X at generation %llu, written by the server of %s; this data directory (%s) is bound to the ring at that generation too: it is a file copy of that data directory taken while its server ran.",
+				 errdetail("The ring holds WAL from " PMWAL_LSN " to " PMWAL_LSN " at generation %llu, written by the server of %s; this data directory (%s) is bound to the ring at that generation too: it is a file copy of that data directory taken while its server ran.",
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   (unsigned long long) hdr->generation.v, owner, DataDir),
 				 errhint("Start the server of %s on this ring, so that it restores its WAL; give this server its own ring.  If this data directory was moved here from %s, move it back for one start.",
@@ -658,7 +658,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal ring \"%s\" holds WAL, but the cluster was shut down cleanly since; nothing was restored", path),
-				 errdetail("The ring holds WAL from %X/%X to %X/%X, and pg_control says the cluster shut down cleanly at %X/%X.  A clean shutdown with pmwal leaves the ring empty: since the ring was written, the cluster ran without it (pmwal.path changed, or pmwal not loaded), or pg_resetwal reset its WAL; the ring's WAL is not this cluster's history any more.",
+				 errdetail("The ring holds WAL from " PMWAL_LSN " to " PMWAL_LSN ", and pg_control says the cluster shut down cleanly at " PMWAL_LSN ".  A clean shutdown with pmwal leaves the ring empty: since the ring was written, the cluster ran without it (pmwal.path changed, or pmwal not loaded), or pg_resetwal reset its WAL; the ring's WAL is not this cluster's history any more.",
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   LSN_FORMAT_ARGS(control->checkPoint)),
 				 errhint("\"pmwal_ctl dump\" saves the ring's WAL; \"pmwal_ctl reset --discard-wal\" empties it.")));
@@ -676,7 +676,7 @@ pmwal_binding_check(ControlFileData *control)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pmwal ring \"%s\" holds WAL, but the cluster never finished starting; nothing was restored", path),
-				 errdetail("The ring holds WAL from %X/%X to %X/%X, but pg_control's state is %d: pmwal copies WAL only once a start or a recovery has ended.",
+				 errdetail("The ring holds WAL from " PMWAL_LSN " to " PMWAL_LSN ", but pg_control's state is %d: pmwal copies WAL only once a start or a recovery has ended.",
 						   LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 						   (int) control->state),
 				 errhint("\"pmwal_ctl dump\" saves the ring's WAL; \"pmwal_ctl reset --discard-wal\" empties it.")));

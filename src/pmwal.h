@@ -38,19 +38,22 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 
+#include "pmwal_compat.h"
 #include "pmwal_version.h"
 #include "ring_format.h"
 
 struct ControlFileData;
 
 /*
- * Verified against PostgreSQL 15 to 18 (docs/versions.md): which system
+ * Verified against PostgreSQL 15 to 19 (docs/versions.md): which system
  * calls each version's XLogWrite, issue_xlog_fsync and update_controlfile
- * make, and that the server binary makes them through its PLT.  Another
- * major version must be checked the same way before it is allowed here.
+ * make, that the server binary makes them through its PLT, and (18, 19)
+ * that its AIO subsystem, io_uring included, never writes or syncs WAL.
+ * Another major version must be checked the same way before it is allowed
+ * here.
  */
-#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 190000
-#error "pmwal supports PostgreSQL 15 to 18"
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 200000
+#error "pmwal supports PostgreSQL 15 to 19"
 #endif
 
 

@@ -30,6 +30,18 @@
 #define pmwal_noreturn				pg_attribute_noreturn()
 #endif
 
+/*
+ * How an LSN is printed (with LSN_FORMAT_ARGS): as the server prints it, so
+ * that pmwal's messages and pmwal_ctl's output read like the server's log,
+ * pg_waldump and pg_lsn.  19 pads the low half to eight digits
+ * ("0/0163A2F8"); before, "0/163A2F8".  Input accepts either.
+ */
+#if PG_VERSION_NUM >= 190000
+#define PMWAL_LSN					"%X/%08X"
+#else
+#define PMWAL_LSN					"%X/%X"
+#endif
+
 #ifndef FRONTEND
 
 #include "access/xlog.h"

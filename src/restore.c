@@ -123,9 +123,9 @@ ring_unreadable(XLogRecPtr at, uint64 fault, bool written)
 	}
 	ereport(FATAL,
 			(errcode(ERRCODE_IO_ERROR),
-			 errmsg("could not read pmwal ring \"%s\": its WAL from %X/%X to %X/%X cannot be read",
+			 errmsg("could not read pmwal ring \"%s\": its WAL from " PMWAL_LSN " to " PMWAL_LSN " cannot be read",
 					pmwal_ring->path, LSN_FORMAT_ARGS(first), LSN_FORMAT_ARGS(last)),
-			 errdetail("The ring holds this cluster's WAL from %X/%X to %X/%X; %llu of its %llu pages, from %X/%X to %X/%X, cannot be read (SIGBUS at file offset %llu).  %s  %s",
+			 errdetail("The ring holds this cluster's WAL from " PMWAL_LSN " to " PMWAL_LSN "; %llu of its %llu pages, from " PMWAL_LSN " to " PMWAL_LSN ", cannot be read (SIGBUS at file offset %llu).  %s  %s",
 					   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
 					   (unsigned long long) bad,
 					   (unsigned long long) ((head - tail) / XLOG_BLCKSZ),
@@ -263,7 +263,7 @@ check_ring_after(XLogRecPtr end, XLogRecPtr tail, XLogRecPtr head, TimeLineID tl
 	/* xl_tot_len comes first; records are MAXALIGNed, so it never spans pages */
 	read_ring((char *) &tot_len, rec, sizeof(tot_len), false);
 	if (tot_len < SizeOfXLogRecord)
-		return psprintf("the record at %X/%X is %u bytes long", LSN_FORMAT_ARGS(rec), tot_len);
+		return psprintf("the record at " PMWAL_LSN " is %u bytes long", LSN_FORMAT_ARGS(rec), tot_len);
 
 	/*
 	 * Follow the record through the ring's pages as XLogReader would: each
@@ -279,18 +279,18 @@ check_ring_after(XLogRecPtr end, XLogRecPtr tail, XLogRecPtr head, TimeLineID tl
 		read_ring(buf.data, page, SizeOfXLogLongPHD, false);
 		if (ph->xlp_magic != XLOG_PAGE_MAGIC || ph->xlp_pageaddr != page ||
 			ph->xlp_tli > tli)
-			return psprintf("the ring's page at %X/%X has no valid page header",
+			return psprintf("the ring's page at " PMWAL_LSN " has no valid page header",
 							LSN_FORMAT_ARGS(page));
 		if ((ph->xlp_info & XLP_FIRST_IS_CONTRECORD) == 0 ||
 			ph->xlp_rem_len != tot_len - got)
-			return psprintf("the ring's page at %X/%X does not continue the record at %X/%X (%u bytes, %u of them before that page): it %s",
+			return psprintf("the ring's page at " PMWAL_LSN " does not continue the record at " PMWAL_LSN " (%u bytes, %u of them before that page): it %s",
 							LSN_FORMAT_ARGS(page), LSN_FORMAT_ARGS(rec), tot_len, got,
 							(ph->xlp_info & XLP_FIRST_IS_CONTRECORD) == 0 ? "begins new records" :
 							psprintf("continues one with %u bytes left", ph->xlp_rem_len));
 		got += Min(tot_len - got, XLOG_BLCKSZ - XLogPageHeaderSize(ph));
 	}
 	if (got >= tot_len)
-		return psprintf("the record at %X/%X, which the ring holds whole (%u bytes), does not read cleanly",
+		return psprintf("the record at " PMWAL_LSN ", which the ring holds whole (%u bytes), does not read cleanly",
 						LSN_FORMAT_ARGS(rec), tot_len);
 	return NULL;
 }
@@ -318,14 +318,14 @@ verify_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr head, TimeL
 
 	if (RING_PAGE(ckpt) > tail || ckpt >= head)
 		refuse("is older than the cluster's last checkpoint",
-			   psprintf("The ring holds WAL from %X/%X to %X/%X, but pg_control names the checkpoint at %X/%X: with pmwal, pg_control names only WAL synced in pg_wal, and the ring holds what came after it.  The ring is not the one this cluster wrote last (a copy put back?).",
+			   psprintf("The ring holds WAL from " PMWAL_LSN " to " PMWAL_LSN ", but pg_control names the checkpoint at " PMWAL_LSN ": with pmwal, pg_control names only WAL synced in pg_wal, and the ring holds what came after it.  The ring is not the one this cluster wrote last (a copy put back?).",
 						LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), LSN_FORMAT_ARGS(ckpt)));
 
 	rd = open_reader(&disk, control->system_identifier, ckpt);
 	d = XLogReadRecord(rd, &derr);
 	if (d == NULL || !is_checkpoint_record(d))
 		refuse("cannot be restored: pg_wal lacks the checkpoint record pg_control names",
-			   psprintf("Reading the checkpoint record at %X/%X from pg_wal failed: %s.",
+			   psprintf("Reading the checkpoint record at " PMWAL_LSN " from pg_wal failed: %s.",
 						LSN_FORMAT_ARGS(ckpt), derr ? derr : "it is not a checkpoint record"));
 	rm = open_reader(&merged, control->system_identifier, ckpt);
 	m = XLogReadRecord(rm, &merr);
@@ -344,10 +344,10 @@ verify_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr head, TimeL
 			if (rd->ReadRecPtr != rm->ReadRecPtr ||
 				memcmp(d, m, sizeof(XLogRecord)) != 0)
 				refuse("holds WAL of another history than pg_wal",
-					   psprintf("At %X/%X pg_wal holds a record of %u bytes (%s), the ring %s of %u bytes (%s).  The cluster wrote other WAL at these locations after the ring's (it ran without this ring, or the ring belongs elsewhere).",
+					   psprintf("At " PMWAL_LSN " pg_wal holds a record of %u bytes (%s), the ring %s of %u bytes (%s).  The cluster wrote other WAL at these locations after the ring's (it ran without this ring, or the ring belongs elsewhere).",
 								LSN_FORMAT_ARGS(rd->ReadRecPtr), d->xl_tot_len,
 								RmgrTable[d->xl_rmid].rm_name,
-								rd->ReadRecPtr == rm->ReadRecPtr ? "one" : psprintf("one at %X/%X", LSN_FORMAT_ARGS(rm->ReadRecPtr)),
+								rd->ReadRecPtr == rm->ReadRecPtr ? "one" : psprintf("one at " PMWAL_LSN, LSN_FORMAT_ARGS(rm->ReadRecPtr)),
 								m->xl_tot_len, RmgrTable[m->xl_rmid].rm_name));
 			d = XLogReadRecord(rd, &derr);
 		}
@@ -356,18 +356,18 @@ verify_history(ControlFileData *control, XLogRecPtr tail, XLogRecPtr head, TimeL
 	}
 	if (d != NULL && rd->ReadRecPtr < head)
 		refuse("holds WAL that pg_wal has beyond it",
-			   psprintf("The ring's WAL reads only to %X/%X (%s), but pg_wal holds a record at %X/%X: the ring is damaged, or older than pg_wal.",
+			   psprintf("The ring's WAL reads only to " PMWAL_LSN " (%s), but pg_wal holds a record at " PMWAL_LSN ": the ring is damaged, or older than pg_wal.",
 						LSN_FORMAT_ARGS(end), merr ? merr : "end of WAL",
 						LSN_FORMAT_ARGS(rd->ReadRecPtr)));
 	if (end < tail)
 		refuse("does not connect to the WAL in pg_wal",
-			   psprintf("From the checkpoint at %X/%X, WAL reads only to %X/%X, before the ring begins at %X/%X: %s.",
+			   psprintf("From the checkpoint at " PMWAL_LSN ", WAL reads only to " PMWAL_LSN ", before the ring begins at " PMWAL_LSN ": %s.",
 						LSN_FORMAT_ARGS(ckpt), LSN_FORMAT_ARGS(end), LSN_FORMAT_ARGS(tail),
 						merr ? merr : "end of WAL"));
 	if (end < RING_PAGE(head - 1) &&
 		(wrong = check_ring_after(end, tail, head, tli)) != NULL)
 		refuse("holds damaged WAL",
-			   psprintf("Reading the ring's WAL (%X/%X to %X/%X) stopped at %X/%X (%s), and %s.",
+			   psprintf("Reading the ring's WAL (" PMWAL_LSN " to " PMWAL_LSN ") stopped at " PMWAL_LSN " (%s), and %s.",
 						LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), LSN_FORMAT_ARGS(end),
 						merr ? merr : "end of WAL", wrong));
 	XLogReaderFree(rm);
@@ -510,7 +510,7 @@ pmwal_restore(ControlFileData *control, RestorePlan plan, bool crash_restart)
 	tli = pmwal_restore_timeline(control, (TimeLineID) hdr->timeline.v, tail, head);
 	if (tli == 0)
 		refuse("holds WAL of a timeline the cluster left behind",
-			   psprintf("The ring holds WAL of timeline %u from %X/%X to %X/%X, all before the checkpoint at %X/%X.",
+			   psprintf("The ring holds WAL of timeline %u from " PMWAL_LSN " to " PMWAL_LSN ", all before the checkpoint at " PMWAL_LSN ".",
 						(TimeLineID) hdr->timeline.v, LSN_FORMAT_ARGS(tail),
 						LSN_FORMAT_ARGS(head), LSN_FORMAT_ARGS(control->checkPoint)));
 	nrecords = verify_history(control, tail, head, tli);
@@ -527,7 +527,7 @@ pmwal_restore(ControlFileData *control, RestorePlan plan, bool crash_restart)
 	INSTR_TIME_SET_CURRENT(elapsed);
 	INSTR_TIME_SUBTRACT(elapsed, start);
 	ereport(LOG,
-			(errmsg("pmwal restored WAL %X/%X to %X/%X from the ring into pg_wal: %llu bytes, %llu records, %d segments, %.3f ms%s",
+			(errmsg("pmwal restored WAL " PMWAL_LSN " to " PMWAL_LSN " from the ring into pg_wal: %llu bytes, %llu records, %d segments, %.3f ms%s",
 					LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
 					(unsigned long long) (head - tail), (unsigned long long) nrecords,
 					nsegs, INSTR_TIME_GET_MILLISEC(elapsed),

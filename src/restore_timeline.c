@@ -111,10 +111,10 @@ pmwal_restore_timeline(ControlFileData *control, TimeLineID ring_tli,
 				 errmsg("pmwal ring \"%s\" holds WAL of timeline %u that is not part of this cluster's history; nothing was restored",
 						pmwal_ring->path, ring_tli),
 				 ring != NULL && ring->end != InvalidXLogRecPtr ?
-				 errdetail("The ring holds %X/%X to %X/%X, but the cluster (timeline %u) left timeline %u at %X/%X.  Commits acknowledged after that point were made on a history that was abandoned (pg_rewind or a failover).",
+				 errdetail("The ring holds " PMWAL_LSN " to " PMWAL_LSN ", but the cluster (timeline %u) left timeline %u at " PMWAL_LSN ".  Commits acknowledged after that point were made on a history that was abandoned (pg_rewind or a failover).",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), ckpt_tli,
 						   ring_tli, LSN_FORMAT_ARGS(ring->end)) :
-				 errdetail("The ring holds %X/%X to %X/%X; the history of the cluster's timeline %u does not contain timeline %u.",
+				 errdetail("The ring holds " PMWAL_LSN " to " PMWAL_LSN "; the history of the cluster's timeline %u does not contain timeline %u.",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), ckpt_tli, ring_tli),
 				 errhint("%s", timeline_hint)));
 	}
@@ -130,7 +130,7 @@ pmwal_restore_timeline(ControlFileData *control, TimeLineID ring_tli,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("pmwal ring \"%s\" holds WAL of timeline %u, but recovery would replay timeline %u; nothing was restored",
 						pmwal_ring->path, ring_tli, target),
-				 errdetail("The ring holds %X/%X to %X/%X.  pg_control names timeline %u for its last checkpoint and %u for its minimum recovery point.",
+				 errdetail("The ring holds " PMWAL_LSN " to " PMWAL_LSN ".  pg_control names timeline %u for its last checkpoint and %u for its minimum recovery point.",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
 						   ckpt_tli, control->minRecoveryPointTLI),
 				 errhint("%s", timeline_hint)));
@@ -152,15 +152,15 @@ pmwal_restore_timeline(ControlFileData *control, TimeLineID ring_tli,
 				 errmsg("pmwal ring \"%s\" holds WAL of timeline %u, which does not descend from the cluster's timeline %u before the ring starts; nothing was restored",
 						pmwal_ring->path, ring_tli, ckpt_tli),
 				 from == NULL || from->end == InvalidXLogRecPtr ?
-				 errdetail("The ring holds %X/%X to %X/%X; the history file of timeline %u in pg_wal does not name timeline %u.",
+				 errdetail("The ring holds " PMWAL_LSN " to " PMWAL_LSN "; the history file of timeline %u in pg_wal does not name timeline %u.",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head), ring_tli, ckpt_tli) :
-				 errdetail("The ring holds %X/%X to %X/%X; timeline %u began at %X/%X, and timeline %u, of the checkpoint at %X/%X, ended at %X/%X.",
+				 errdetail("The ring holds " PMWAL_LSN " to " PMWAL_LSN "; timeline %u began at " PMWAL_LSN ", and timeline %u, of the checkpoint at " PMWAL_LSN ", ended at " PMWAL_LSN ".",
 						   LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head),
 						   ring_tli, LSN_FORMAT_ARGS(ring->begin), ckpt_tli,
 						   LSN_FORMAT_ARGS(control->checkPoint), LSN_FORMAT_ARGS(from->end)),
 				 errhint("%s", timeline_hint)));
 	ereport(LOG,
-			(errmsg("pmwal ring \"%s\" holds WAL of timeline %u, which descends from the checkpoint's timeline %u at %X/%X: restoring it on timeline %u",
+			(errmsg("pmwal ring \"%s\" holds WAL of timeline %u, which descends from the checkpoint's timeline %u at " PMWAL_LSN ": restoring it on timeline %u",
 					pmwal_ring->path, ring_tli, ckpt_tli, LSN_FORMAT_ARGS(from->end), ring_tli)));
 	return ring_tli;
 }

@@ -964,7 +964,7 @@ pmwal_ring_attach(ControlFileData *control)
 		ring_follow_identity(fd, path, &st, control, capacity, verdict, detail);
 	else if (verdict == RING_BAD_GEOMETRY && ring_holds_wal(pmwal_ring->hdr))
 		ring_refuse(verdict, path,
-					psprintf("%s  The header says the ring holds WAL from %X/%X to %X/%X.",
+					psprintf("%s  The header says the ring holds WAL from " PMWAL_LSN " to " PMWAL_LSN ".",
 							 detail, LSN_FORMAT_ARGS(pmwal_ring->hdr->tail.v),
 							 LSN_FORMAT_ARGS(pmwal_ring->hdr->head.v)));
 	else if (verdict != RING_OK)

@@ -21,6 +21,7 @@
 
 #include "access/xlog_internal.h"
 
+#include "pmwal_compat.h"
 #include "ring_format.h"
 
 /*
@@ -182,7 +183,7 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 			snprintf(detail, detail_len, "The ring has format 1 (pmwal 1.1 or older) and holds nothing.");
 			return RING_INTERRUPTED_REINIT;
 		}
-		snprintf(detail, detail_len, "The ring has format 1 (pmwal 1.1 or older) and holds WAL from %X/%X to %X/%X.",
+		snprintf(detail, detail_len, "The ring has format 1 (pmwal 1.1 or older) and holds WAL from " PMWAL_LSN " to " PMWAL_LSN ".",
 				 LSN_FORMAT_ARGS(word_at(hdr, V1_TAIL_OFFSET)),
 				 LSN_FORMAT_ARGS(word_at(hdr, V1_HEAD_OFFSET)));
 		return RING_OLD_VERSION_WITH_WAL;
@@ -247,7 +248,7 @@ ring_check_header(const RingHeader *hdr, uint64 mapped_len,
 		(!ring_positions_valid(hdr->tail.v, hdr->head.v, st->capacity) ||
 		 hdr->timeline.v == 0 || hdr->timeline.v > PG_UINT32_MAX))
 	{
-		snprintf(detail, detail_len, "The ring claims WAL of timeline %llu from %X/%X to %X/%X in %llu bytes of capacity.",
+		snprintf(detail, detail_len, "The ring claims WAL of timeline %llu from " PMWAL_LSN " to " PMWAL_LSN " in %llu bytes of capacity.",
 				 (unsigned long long) hdr->timeline.v,
 				 LSN_FORMAT_ARGS(hdr->tail.v), LSN_FORMAT_ARGS(hdr->head.v),
 				 (unsigned long long) st->capacity);

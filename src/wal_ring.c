@@ -136,7 +136,7 @@ persist_position(volatile uint64 *word, XLogRecPtr lsn)
 	XLogRecPtr	head = word == &hdr->head.v ? lsn : hdr->head.v;
 
 	if (PMWAL_MUTANT == 0 && !ring_positions_valid(tail, head, pmwal_ring->capacity))
-		elog(PANIC, "pmwal: ring positions %X/%X to %X/%X are not whole WAL pages within the ring's capacity",
+		elog(PANIC, "pmwal: ring positions " PMWAL_LSN " to " PMWAL_LSN " are not whole WAL pages within the ring's capacity",
 			 LSN_FORMAT_ARGS(tail), LSN_FORMAT_ARGS(head));
 	persist_word(word, lsn);
 }
@@ -388,7 +388,7 @@ anchor(TimeLineID tli, XLogRecPtr start)
 	pg_atomic_write_u32(&pmwal_shared->anchored, 1);
 	pmwal_count(CTR_ANCHORS, 1);
 	ereport(LOG,
-			(errmsg("pmwal ring \"%s\" anchored at %X/%X on timeline %u; WAL syncs are answered from it",
+			(errmsg("pmwal ring \"%s\" anchored at " PMWAL_LSN " on timeline %u; WAL syncs are answered from it",
 					pmwal_ring->path, LSN_FORMAT_ARGS(start), tli)));
 }
 

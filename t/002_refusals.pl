@@ -393,7 +393,7 @@ $before = ring_bytes($ring_a);
 start_refused($node_a, 'format 1 with WAL');
 log_has(
 	$node_a,
-	qr/FATAL:  pmwal ring "\Q$ring_a\E" was written by an older pmwal and holds WAL\n.*DETAIL:  The ring has format 1 \(pmwal 1\.1 or older\) and holds WAL from 0\/1000000 to 0\/1002000\.\n.*HINT:  Start the server once with the pmwal that wrote the ring, so that it restores the WAL, and stop it cleanly; then upgrade\./,
+	qr/FATAL:  pmwal ring "\Q$ring_a\E" was written by an older pmwal and holds WAL\n.*DETAIL:  The ring has format 1 \(pmwal 1\.1 or older\) and holds WAL from \Q@{[ lsn_format(0x1000000) ]}\E to \Q@{[ lsn_format(0x1002000) ]}\E\.\n.*HINT:  Start the server once with the pmwal that wrote the ring, so that it restores the WAL, and stop it cleanly; then upgrade\./,
 	'format 1 with WAL: FATAL with DETAIL and HINT');
 ok($before eq ring_bytes($ring_a), 'format 1 with WAL: ring bytes unchanged');
 

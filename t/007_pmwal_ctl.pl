@@ -80,7 +80,7 @@ sub ctl_within
 	return ($rc, "$stdout$stderr");
 }
 
-sub fmt_lsn { return sprintf('%X/%X', $_[0] >> 32, $_[0] & 0xffffffff); }
+sub fmt_lsn { return lsn_format($_[0]); }
 sub parse_lsn { my ($hi, $lo) = split m{/}, $_[0]; return (hex($hi) << 32) | hex($lo); }
 sub page_of { return $_[0] - $_[0] % 8192; }
 
@@ -1089,7 +1089,7 @@ ring_write_u64($new, 'state', RING_STATE_IN_USE);
 ($rc, $out) = ctl('init', '-D', $pgdata, $new);
 is($rc, EXIT_ERROR, 'init a ring in use: refused');
 ($rc, $out) = ctl('init', '-D', $pgdata, '--force', $new);
-like($out, qr/which holds pmwal ring [0-9a-f]{32} of system identifier $sysid, with WAL 0\/7D0000 to 0\/7D2000 \(8192 bytes\) of timeline 1 that is discarded/,
+like($out, qr/which holds pmwal ring [0-9a-f]{32} of system identifier $sysid, with WAL \Q@{[ fmt_lsn(8192 * 1000) ]} to @{[ fmt_lsn(8192 * 1001) ]}\E \(8192 bytes\) of timeline 1 that is discarded/,
 	'init --force a ring holding WAL: says what WAL it discards');
 is(ring_state($new), RING_STATE_EMPTY, 'init --force a ring holding WAL: the ring is empty');
 

@@ -42,7 +42,7 @@ sub ctl
 	return ($? >> 8, $stdout, $stderr);
 }
 
-sub fmt_lsn { return sprintf('%X/%X', $_[0] >> 32, $_[0] & 0xffffffff); }
+sub fmt_lsn { return lsn_format($_[0]); }
 sub sha { return Digest::SHA->new(256)->addfile($_[0])->hexdigest; }
 
 my $node = pmwal_node('positions', size => '64MB',

@@ -1089,6 +1089,16 @@ sub bg_psql_finish
 	return ($bg->{h}->result(0), ${ $bg->{out} }, ${ $bg->{err} });
 }
 
+# An LSN as the server and pmwal print it: 19 pads the low half to eight
+# digits ("0/0163A2F8"), older servers do not ("0/163A2F8").
+push @EXPORT, qw(lsn_format);
+sub lsn_format
+{
+	my ($n) = @_;
+	return sprintf(defined $server_major && $server_major >= 19 ? '%X/%08X' : '%X/%X',
+		int($n / 2**32), $n % 2**32);
+}
+
 # LSN text (X/Y) as a number.
 sub lsn_num
 {
@@ -1370,8 +1380,13 @@ sub quiet_node
 	$node->{ring_cut} = $opts{ring_cut} if $opts{ring_cut};
 	if ($opts{plain}) { $node->start; }
 	else              { powercut_start($node); }
+	# VACUUM sets the hint bits of every catalog row there is, before the
+	# checkpoint: a later reader would set them itself and write a full page
+	# image of the catalog page (FPI_FOR_HINT, ~8 kB of WAL) in the middle of
+	# a test's WAL layout (on 19, pg_type's last page, read by the next
+	# connection's first query)
 	$node->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); CHECKPOINT');
+		'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY); VACUUM; CHECKPOINT');
 	wait_accelerated($node, 't') or die "$name: commits are not accelerated";
 	return $node;
 }
@@ -1618,7 +1633,7 @@ push @EXPORT, qw(lsn_text insert_lsn flush_lsn advance_to pad_into_last_page
 my $SEG = 16 * 1024 * 1024;
 
 # LSN number as text X/Y (lsn_num's inverse).
-sub lsn_text { return sprintf('%X/%X', int($_[0] / 2**32), $_[0] % 2**32); }
+sub lsn_text { return lsn_format($_[0]); }
 
 sub insert_lsn
 {

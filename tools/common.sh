@@ -5,7 +5,8 @@
 
 # Everything the tests and the demo call: the build, the server, IPC::Run
 # for TAP, gdb and strace (tests hold and watch server processes), procps
-# (pgrep, ps), gnuplot (the demo's plot), pip (fetching 16-18) and bzip2.
+# (pgrep, ps), gnuplot (the demo's plot), pip (fetching 16-18) and bzip2;
+# 19's chroot has its own list (tools/pg19.sh).
 # tools/fresh-check proves on a new Debian 12 that nothing else is needed.
 PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb strace python3-pip bzip2"
 
@@ -19,6 +20,12 @@ PG_MAKE_ARGS=()
 use_pg_version() {
 	PG_MAJOR=$1
 	[ "$PG_MAJOR" = 15 ] && return
+	if [ "$PG_MAJOR" = 19 ]; then
+		# inside the sid chroot of tools/pg19.sh: Debian's packages, as 15
+		PG_CONFIG=/usr/lib/postgresql/19/bin/pg_config
+		PG_BINDIR=/usr/lib/postgresql/19/bin
+		return
+	fi
 	. tools/pg-versions.sh
 	fetch_pg "$PG_MAJOR"
 	PG_CONFIG=$PG_PREFIX/bin/pg_config
@@ -63,6 +70,7 @@ install_packages() {
 # /usr/lib/postgresql/15, /usr/share/postgresql/15 and
 # /usr/include/postgresql under install/usr (PostgreSQL finds its share and
 # lib directories relative to its binary, so the copy is self-contained);
+# for 19 the same of Debian's 19, inside the sid chroot (tools/pg19.sh);
 # for 16-18 the relocatable tree tools/pg-versions.sh fetched.  Any pmwal
 # already in it is left out of the copy.
 #
@@ -86,12 +94,12 @@ setup_work_dir() {
 		--exclude=./results --exclude=./bench/results --exclude='*.o' --exclude='*.so' \
 		--exclude='*.bc' -cf - . | tar -C "$WORK_DIR/src" -xf -
 	inst=$WORK_DIR/install
-	if [ "$PG_MAJOR" = 15 ]; then
-		for d in /usr/lib/postgresql/15 /usr/share/postgresql/15 /usr/include/postgresql; do
+	if [ "$PG_MAJOR" = 15 ] || [ "$PG_MAJOR" = 19 ]; then
+		for d in /usr/lib/postgresql/$PG_MAJOR /usr/share/postgresql/$PG_MAJOR /usr/include/postgresql; do
 			mkdir -p "$inst$(dirname "$d")"
 			cp -a "$d" "$inst$d"
 		done
-		PG_BINDIR=$inst/usr/lib/postgresql/15/bin
+		PG_BINDIR=$inst/usr/lib/postgresql/$PG_MAJOR/bin
 	else
 		cp -a "$PG_PREFIX" "$inst"
 		PG_BINDIR=$inst/bin
@@ -119,10 +127,10 @@ build_and_install() {
 # A fingerprint of the pmwal files in the server's own directories (that
 # a package or "make install" put there): tools/test and tools/demo check
 # that they leave it as it was.  The server of the version in use: Debian's
-# 15, or the fetched tree of 16-18.
+# 15 (or 19, in its chroot), or the fetched tree of 16-18.
 system_pmwal_fingerprint() {
-	local cfg=/usr/lib/postgresql/15/bin/pg_config
-	[ "$PG_MAJOR" = 15 ] || cfg=$PG_PREFIX/bin/pg_config
+	local cfg=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config
+	[ "$PG_MAJOR" = 15 ] || [ "$PG_MAJOR" = 19 ] || cfg=$PG_PREFIX/bin/pg_config
 	find "$("$cfg" --pkglibdir)" "$("$cfg" --sharedir)/extension" "$("$cfg" --bindir)" \
 		-maxdepth 1 -name 'pmwal*' -type f -exec sha256sum {} + 2>/dev/null | sort
 }
