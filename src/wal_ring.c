@@ -669,8 +669,15 @@ ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
 void
 ring_on_checkpointer_sync(void)
 {
-	/* less than this is a short sync under the lock too */
-	if (!tracking() || !anchored() ||
+	/*
+	 * Only in the sync phase of a checkpoint (ProcessSyncRequests, between
+	 * CheckPointGuts' two time stamps), after its pages were written: not
+	 * at the fsyncs before (replication origins, slots, two-phase state),
+	 * some of which hold locks.  Less than the minimum is a short sync
+	 * under the lock too.
+	 */
+	if (CheckpointStats.ckpt_sync_t == 0 || CheckpointStats.ckpt_sync_end_t != 0 ||
+		!tracking() || !anchored() ||
 		LWLockHeldByMe(WALWriteLock) || LWLockHeldByMe(ControlFileLock) ||
 		pg_atomic_read_u64(&pmwal_shared->written_end) <
 		pg_atomic_read_u64(&pmwal_shared->durable_lsn) + CHECKPOINTER_PRESYNC_MIN)
