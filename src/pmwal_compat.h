@@ -4,8 +4,9 @@
  *		The differences between the PostgreSQL major versions pmwal builds
  *		against (15 to 19), in one place.
  *
- * Only names and signatures differ here; which system calls each version's
- * WAL code makes was checked against the interposer (docs/versions.md).
+ * Only names, signatures and formats differ here; which system calls each
+ * version's WAL code makes was checked against the interposer
+ * (docs/versions.md).
  * The first part is for pmwal_ctl (a frontend program) too; the rest only
  * for the server module.
  *

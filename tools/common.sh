@@ -22,6 +22,10 @@ use_pg_version() {
 	[ "$PG_MAJOR" = 15 ] && return
 	if [ "$PG_MAJOR" = 19 ]; then
 		# inside the sid chroot of tools/pg19.sh: Debian's packages, as 15
+		if [ ! -x /usr/lib/postgresql/19/bin/pg_config ]; then
+			echo "PostgreSQL 19 is tested only by tools/test --pg 19, in a Debian sid chroot (tools/pg19.sh)" >&2
+			exit 1
+		fi
 		PG_CONFIG=/usr/lib/postgresql/19/bin/pg_config
 		PG_BINDIR=/usr/lib/postgresql/19/bin
 		return
