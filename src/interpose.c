@@ -604,9 +604,3 @@ pmwal_interposed(void)
 {
 	return interposed;
 }
-
-const char *
-pmwal_interpose_failure(void)
-{
-	return failure[0] ? failure : NULL;
-}

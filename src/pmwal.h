@@ -234,7 +234,6 @@ typedef struct WalFd
 
 extern bool pmwal_interpose_install(char **why);
 extern bool pmwal_interposed(void);
-extern const char *pmwal_interpose_failure(void);
 
 /* wal_ring.c: called by interpose.c for the server's WAL descriptors */
 extern ssize_t ring_on_wal_pwrite(int fd, const WalFd *wfd, const void *buf,
