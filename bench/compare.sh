@@ -2,27 +2,48 @@
 # bench/compare.sh -- pgbench side by side, in one run, on one server:
 #   A  stock: synchronous_commit = on, pmwal.enabled = off
 #   B  pmwal: synchronous_commit = on, pmwal.enabled = on (emulated ring, /dev/shm)
-#   C  ceiling: synchronous_commit = off, pmwal.enabled = off (no durability wait)
-# Configurations are interleaved round by round (A B C A B C ...) so that
-# drift of the machine hits all three alike.  Each cell reports TPS, average
-# and p99 latency, and real WAL fsyncs: pg_stat_wal's wal_sync (pg_stat_io's
-# on 18) counts PostgreSQL's sync calls, of which pmwal answers ring_syncs
-# from the ring; the fdatasync/fsync calls pmwal itself made on pg_wal
-# (flusher, full ring, pg_control writes) are added (pmwal_status).
-# Writes results.csv, summary.md (medians, ratios B/A and B/C) and tps.png
-# to the output dir.
+#   C  no wait: synchronous_commit = off, pmwal.enabled = off (no durability wait)
+#   F  free sync: synchronous_commit = on, fsync = off, pmwal.enabled = off.
+#      PostgreSQL's own commit path with a WAL sync that costs nothing: the
+#      ceiling of any design that keeps that path (B's).  Not safe, only a
+#      ceiling.  A, B and C run at fsync = on.
+# Configurations are interleaved round by round (A B C F A B C F ...) so
+# that drift of the machine hits all four alike.  Each switch is a reload
+# (ALTER SYSTEM; synchronous_commit, fsync and pmwal.enabled are all
+# SIGHUP settings), checked before the cell: SHOW in a new session, and
+# pmwal_status.accelerated.  Before every cell a CHECKPOINT, then a sync of
+# the data directory's file system (sync -f): after F, that is what
+# PostgreSQL's documentation asks for when fsync is turned back on (WAL
+# segments F finished were never synced), and it leaves no dirty page cache
+# of one cell for the kernel to write back during the next.
+#
+# Each cell reports TPS, average and p99 latency, and real WAL fsyncs:
+# pg_stat_wal's wal_sync (pg_stat_io's on 18) counts PostgreSQL's sync
+# calls, of which pmwal answers ring_syncs from the ring; the fdatasync/fsync
+# calls pmwal itself made on pg_wal (flusher, full ring, pg_control writes)
+# are added (pmwal_status).  Under F, PostgreSQL counts no syncs (it makes
+# none).  And CPU time per transaction for the whole machine, in µs
+# (cpu_us_per_tx): user + nice + system + irq + softirq from /proc/stat over
+# the pgbench run, over the transactions pgbench processed.  That includes
+# pgbench itself and anything else running, so measure on a quiet machine.
+# Writes results.csv, summary.md (medians, ratios B/A, B/C and B/F, CPU)
+# and tps.png to the output dir.
 #
 # 1-client cells run with the server on CPU 1 and pgbench on CPU 0, as if
 # the client were on another machine: unpinned, one client's round trips
 # are dominated by where the scheduler happens to put the two processes
 # (same CPU or not), which on a 2-vCPU VM swings the same cell by up to 2x
-# from run to run.  -U leaves them unpinned.
+# from run to run.  -U leaves them unpinned.  machine.txt and the summary's
+# first line say which.
 #
 # With -S, a stock streaming standby on the same machine (port+1) is the
-# synchronous standby (synchronous_standby_names), and A and B commit at
+# synchronous standby (synchronous_standby_names), and A, B and F commit at
 # synchronous_commit = LEVEL (-l: on, remote_write or remote_apply): A is
 # stock synchronous replication, B the same with pmwal answering the
-# primary's local WAL syncs, C synchronous_commit = off (no wait at all).
+# primary's local WAL syncs, F the same with fsync = off on the primary only
+# (the standby keeps fsync = on): the ceiling for the primary's local sync,
+# with the wait for the standby unchanged.  C is synchronous_commit = off
+# (no wait at all, not even for the standby).
 #
 # Run as an unprivileged user with pmwal installed:
 #   bench/compare.sh [-d seconds] [-r rounds] [-c "1 4 16"] [-w "insert tpcb"]
@@ -59,9 +80,11 @@ while getopts "d:r:c:w:s:o:p:USl:k:" opt; do
 		S) standby=yes ;;
 		l) level=$OPTARG ;;
 		k) checkpoint_timeout=$OPTARG ;;
-		*) sed -n '2,36p' "$0"; exit 2 ;;
+		*) sed -n '2,/^set -eu$/p' "$0" | sed '$d'; exit 2 ;;
 	esac
 done
+# one CPU: nothing to pin apart
+[ "$(nproc)" -ge 2 ] || pin_single=no
 if [ "$(id -u)" = 0 ]; then
 	echo "run bench/compare.sh as an unprivileged user (PostgreSQL refuses root)" >&2
 	exit 1
@@ -128,7 +151,7 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 	echo "server: $(postgres --version)"
 	echo "pg_wal file system: $(df -T "$data/pg_wal" | awk 'NR==2 {print $2" on "$1}')"
 	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=$checkpoint_timeout wal_sync_method=fdatasync pmwal.size=64MB autovacuum=off (VACUUM before each TPC-B cell)"
-	[ "$standby" = yes ] && echo "synchronous replication: a stock standby on this machine; A and B at synchronous_commit = $level, C at off"
+	[ "$standby" = yes ] && echo "synchronous replication: a stock standby on this machine (fsync = on); A, B and F at synchronous_commit = $level (F with fsync = off on the primary), C at off"
 	echo "duration per cell: ${duration}s, rounds: $rounds, clients: $clients, pgbench scale: $scale"
 	if [ "$pin_single" = yes ]; then
 		echo "1-client cells: server on CPU 1, pgbench on CPU 0; other cells unpinned"
@@ -142,21 +165,25 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 cat "$out/machine.txt"
 
 configure() {
+	local sc en fs want_acc got=
 	case $1 in
-		A) sc=$level; en=off ;;
-		B) sc=$level; en=on ;;
-		C) sc=off; en=off ;;
+		A) sc=$level; en=off; fs=on ;;
+		B) sc=$level; en=on; fs=on ;;
+		C) sc=off; en=off; fs=on ;;
+		F) sc=$level; en=off; fs=off ;;
 	esac
-	psql -qX -c "ALTER SYSTEM SET synchronous_commit = $sc" -c "ALTER SYSTEM SET pmwal.enabled = $en" -c "SELECT pg_reload_conf()" >/dev/null
-	# wait until the flusher has carried pmwal.enabled to every process
+	want_acc=$([ "$en" = on ] && echo t || echo f)
+	psql -qX -c "ALTER SYSTEM SET synchronous_commit = $sc" -c "ALTER SYSTEM SET fsync = $fs" \
+		-c "ALTER SYSTEM SET pmwal.enabled = $en" -c "SELECT pg_reload_conf()" >/dev/null
+	# wait until a new session (as pgbench's will be) sees the settings, and
+	# the flusher has carried pmwal.enabled to every process
 	for _ in $(seq 1 100); do
-		acc=$(psql -qAtX -c "SELECT accelerated FROM pmwal_status")
-		if { [ "$en" = on ] && [ "$acc" = t ]; } || { [ "$en" = off ] && [ "$acc" = f ]; }; then
-			return
-		fi
+		got=$(psql -qAtX -F ' ' -c "SELECT current_setting('synchronous_commit'), current_setting('fsync'),
+			current_setting('pmwal.enabled'), accelerated FROM pmwal_status")
+		[ "$got" = "$sc $fs $en $want_acc" ] && return
 		sleep 0.1
 	done
-	echo "configuration $1 did not take effect" >&2
+	echo "configuration $1 did not take effect: synchronous_commit, fsync, pmwal.enabled, accelerated are '$got', not '$sc $fs $en $want_acc'" >&2
 	exit 1
 }
 
@@ -186,16 +213,23 @@ else
 	wal_io_query="SELECT wal_sync, wal_write FROM pg_stat_wal"
 fi
 
+# CPU time of the whole machine so far, in jiffies (USER_HZ): user, nice,
+# system, irq and softirq of /proc/stat's first line (guest time is in user)
+clk_tck=$(getconf CLK_TCK)
+cpu_busy() {
+	awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat
+}
+
 # pmwal's counters: syncs it answered from the ring, real syncs it made
 pmwal_syncs() {
 	psql -qAtX -F ' ' -c "SELECT ring_syncs, segments_synced + dir_syncs FROM pmwal_status"
 }
 
-echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs,ring_syncs,lat_p999_ms,lat_max_ms,checkpoints" > "$out/results.csv"
+echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs,ring_syncs,lat_p999_ms,lat_max_ms,checkpoints,cpu_us_per_tx" > "$out/results.csv"
 for r in $(seq 1 "$rounds"); do
 	for w in $workloads; do
 		for c in $clients; do
-			for cfg in A B C; do
+			for cfg in A B C F; do
 				configure $cfg
 				if [ "$w" = insert ]; then
 					psql -qX -c "TRUNCATE bench_insert"
@@ -206,14 +240,22 @@ for r in $(seq 1 "$rounds"); do
 					script=()
 				fi
 				psql -qX -c "CHECKPOINT" -c "SELECT pg_stat_reset_shared('$wal_stats')" >/dev/null
+				# what the CHECKPOINT left unsynced (under F: everything; and
+				# WAL segments F finished), so no cell inherits write-back
+				sync -f "$data/pg_wal"
 				ckpt_before=$(psql -qAtX -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter" 2>/dev/null ||
 					psql -qAtX -c "SELECT num_timed + num_requested FROM pg_stat_checkpointer")
 				read -r ring_before pm_before < <(pmwal_syncs)
 				rm -rf "$out/txlog" && mkdir "$out/txlog"
 				threads=$(( c < 2 ? 1 : 2 ))
 				pin=$(pin_for "$c")
+				cpu_before=$(cpu_busy)
 				# shellcheck disable=SC2086
 				res=$(cd "$out/txlog" && $pin pgbench -n -T "$duration" -c "$c" -j "$threads" -l "${script[@]}" 2>&1)
+				cpu_after=$(cpu_busy)
+				txs=$(echo "$res" | awk -F': ' '/^number of transactions actually processed/ {split($2, n, "/"); print n[1] + 0}')
+				cpu_us=$(awk -v j=$((cpu_after - cpu_before)) -v hz="$clk_tck" -v n="${txs:-0}" \
+					'BEGIN {if (n > 0) printf "%.1f", j * 1000000 / hz / n}')
 				tps=$(echo "$res" | awk '/^tps/ {print $3}')
 				lat=$(echo "$res" | awk '/^latency average/ {print $4}')
 				# per-transaction log: 3rd field is the latency in microseconds
@@ -228,9 +270,9 @@ for r in $(seq 1 "$rounds"); do
 				ringsyncs=$(( ring_after - ring_before ))
 				# real fsyncs: PostgreSQL's calls the ring did not answer, and pmwal's own
 				syncs=$(( pgsyncs - ringsyncs + pmsyncs ))
-				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs,$ringsyncs,$p999,$max,$((ckpt_after - ckpt_before))" >> "$out/results.csv"
-				printf "round %s %-6s clients %-3s %s: tps %9.1f  avg %6.3f ms  p99 %7.3f ms  p99.9 %7.3f ms  max %8.3f ms  wal fsyncs %s  checkpoints %s\n" \
-					"$r" "$w" "$c" "$cfg" "$tps" "$lat" "$p99" "$p999" "$max" "$syncs" "$((ckpt_after - ckpt_before))"
+				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs,$ringsyncs,$p999,$max,$((ckpt_after - ckpt_before)),$cpu_us" >> "$out/results.csv"
+				printf "round %s %-6s clients %-3s %s: tps %9.1f  avg %6.3f ms  p99 %7.3f ms  p99.9 %7.3f ms  max %8.3f ms  wal fsyncs %s  checkpoints %s  cpu %s us/tx\n" \
+					"$r" "$w" "$c" "$cfg" "$tps" "$lat" "$p99" "$p999" "$max" "$syncs" "$((ckpt_after - ckpt_before))" "${cpu_us:--}"
 			done
 		done
 	done
@@ -238,7 +280,7 @@ done
 rm -rf "$out/txlog"
 
 if [ "$standby" = yes ]; then
-	LEGEND="A = stock synchronous replication (synchronous_commit=$level, a standby on this machine), B = the same with pmwal (emulated ring), C = synchronous_commit=off (ceiling)." \
+	LEGEND="A = stock synchronous replication (synchronous_commit=$level, a standby on this machine), B = the same with pmwal (emulated ring), C = synchronous_commit=off (no wait, not even for the standby), F = A with fsync=off on the primary only (a free local sync, the standby's wait unchanged: B's ceiling; unsafe)." \
 		"$here/summarize.sh" "$out"
 else
 	"$here/summarize.sh" "$out"

@@ -1,70 +1,139 @@
 #!/bin/bash
 # bench/summarize.sh DIR -- turn DIR/results.csv (from compare.sh) into
-# DIR/summary.md (medians over rounds, ratios B/A and B/C, fsync counts)
-# and DIR/tps.png (TPS per measured client count and workload; needs gnuplot).
+# DIR/summary.md (medians over rounds, ratios B/A, B/C and B/F, fsync
+# counts, CPU µs per transaction) and DIR/tps.png (TPS per measured client
+# count and workload; needs gnuplot).
+#
+# Reads older results.csv files too: columns were only ever appended, and
+# what a run did not record is left out of the tables (no F configuration:
+# no F columns; no cpu_us_per_tx: no CPU column) or shown as "-".  Whether
+# 1-client cells were pinned is read from DIR/machine.txt, where there is one.
 set -eu
 dir=$1
 csv="$dir/results.csv"
+have_f=$(awk -F, 'NR > 1 && $4 == "F" {found = 1} END {print found + 0}' "$csv")
+have_cpu=$(awk -F, 'NR > 1 && $16 != "" {found = 1} END {print found + 0}' "$csv")
+if [ ! -f "$dir/machine.txt" ]; then
+	pinning="Pinning of 1-client cells not recorded (no machine.txt)."
+elif grep -q '^1-client cells: server on CPU 1' "$dir/machine.txt"; then
+	pinning="1-client cells pinned (server on CPU 1, pgbench on CPU 0), other cells unpinned."
+elif grep -q '^no cell pinned' "$dir/machine.txt"; then
+	pinning="Unpinned: no cell pinned to CPUs (-U)."
+else
+	pinning="Pinning of 1-client cells not recorded in machine.txt."
+fi
 
-# median of each metric per (workload, clients, config)
+# median of each metric per (workload, clients, config), over the rounds
+# that recorded it: a column an older run did not have comes out empty
 awk -F, 'NR > 1 {
 	key = $2 "," $3 "," $4
 	n[key]++
-	tps[key, n[key]] = $5; avg[key, n[key]] = $6; p99[key, n[key]] = $7; syn[key, n[key]] = $8
-	p999[key, n[key]] = $13; mx[key, n[key]] = $14; ck[key, n[key]] = $15
+	# tps avg p99 fsyncs p99.9 max checkpoints cpu_us_per_tx
+	split("5 6 7 8 13 14 15 16", col, " ")
+	for (m = 1; m <= 8; m++)
+		if ($col[m] != "") v[m, key, ++cnt[m, key]] = $col[m]
 }
-function median(arr, key, cnt,   i, j, t, v) {
-	for (i = 1; i <= cnt; i++) v[i] = arr[key, i] + 0
-	for (i = 1; i <= cnt; i++) for (j = i + 1; j <= cnt; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
-	return (cnt % 2) ? v[(cnt + 1) / 2] : (v[cnt / 2] + v[cnt / 2 + 1]) / 2
+function median(m, key,   c, i, j, t, x) {
+	c = cnt[m, key] + 0
+	if (c == 0) return ""
+	for (i = 1; i <= c; i++) x[i] = v[m, key, i] + 0
+	for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (x[j] < x[i]) { t = x[i]; x[i] = x[j]; x[j] = t }
+	return (c % 2) ? x[(c + 1) / 2] : (x[c / 2] + x[c / 2 + 1]) / 2
 }
+function fmt(f, x) { return (x == "") ? "" : sprintf(f, x) }
 END {
+	# workload,clients,config,tps,avg,p99,fsyncs,rounds,p99.9,max,checkpoints,cpu
 	for (key in n)
-		printf "%s,%.1f,%.3f,%.3f,%.0f,%d,%.3f,%.3f,%.0f\n", key, median(tps, key, n[key]), median(avg, key, n[key]),
-			median(p99, key, n[key]), median(syn, key, n[key]), n[key],
-			median(p999, key, n[key]), median(mx, key, n[key]), median(ck, key, n[key])
+		printf "%s,%s,%s,%s,%s,%d,%s,%s,%s,%s\n", key, fmt("%.1f", median(1, key)), fmt("%.3f", median(2, key)),
+			fmt("%.3f", median(3, key)), fmt("%.0f", median(4, key)), n[key],
+			fmt("%.3f", median(5, key)), fmt("%.3f", median(6, key)), fmt("%.0f", median(7, key)),
+			fmt("%.1f", median(8, key))
 }' "$csv" | sort -t, -k1,1 -k2,2n -k3,3 > "$dir/medians.csv"
 
 {
-	echo "Medians over $(awk -F, 'NR>1 {print $1}' "$csv" | sort -u | wc -l) interleaved rounds."
-	echo "${LEGEND:-A = stock synchronous_commit=on, B = pmwal (emulated ring), C = synchronous_commit=off (ceiling).}"
+	echo "Medians over $(awk -F, 'NR>1 {print $1}' "$csv" | sort -u | wc -l) interleaved rounds. $pinning"
+	if [ "$have_f" = 1 ]; then
+		echo "${LEGEND:-A = stock synchronous_commit=on, B = pmwal (emulated ring), C = synchronous_commit=off (no durability wait), F = synchronous_commit=on with fsync=off (a free sync: the ceiling of PostgreSQL's commit path, B's; unsafe).}"
+	else
+		echo "${LEGEND:-A = stock synchronous_commit=on, B = pmwal (emulated ring), C = synchronous_commit=off (ceiling).}"
+	fi
+	[ "$have_cpu" = 1 ] && echo "CPU: whole-machine CPU time (user+nice+system+irq+softirq) per transaction, µs."
 	echo
-	echo "| workload | clients | TPS A | TPS B | TPS C | B/A | B/C | p99 ms A | p99 ms B | p99 ms C | avg ms B | fsyncs A | fsyncs B | fsyncs A/B |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	awk -F, '{
+	# medians.csv: workload,clients,config,tps,avg,p99,fsyncs,rounds,p99.9,max,checkpoints,cpu
+	awk -F, -v f="$have_f" -v cpu="$have_cpu" '
+	function ratio(x, y) { return (y > 0 && x != "") ? sprintf("%.2f", x / y) : "-" }
+	function num(fmt, x) { return (x == "") ? "-" : sprintf(fmt, x) }
+	{
 		key = $1 "," $2; cells[key] = 1
-		tps[key, $3] = $4; avg[key, $3] = $5; p99[key, $3] = $6; syn[key, $3] = $7
+		tps[key, $3] = $4; avg[key, $3] = $5; p99[key, $3] = $6; syn[key, $3] = $7; cu[key, $3] = $12
 	}
 	END {
+		hdr = "| workload | clients | TPS A | TPS B | TPS C |"; al = "|---|---:|---:|---:|---:|"
+		if (f) { hdr = hdr " TPS F |"; al = al "---:|" }
+		hdr = hdr " B/A | B/C |"; al = al "---:|---:|"
+		if (f) { hdr = hdr " B/F |"; al = al "---:|" }
+		hdr = hdr " p99 ms A | p99 ms B | p99 ms C |"; al = al "---:|---:|---:|"
+		if (f) { hdr = hdr " p99 ms F |"; al = al "---:|" }
+		hdr = hdr " avg ms B | fsyncs A | fsyncs B | fsyncs A/B |"; al = al "---:|---:|---:|---:|"
+		if (cpu) { hdr = hdr (f ? " CPU µs/tx A/B/C/F |" : " CPU µs/tx A/B/C |"); al = al "---|" }
+		print hdr; print al
+		nc = split(f ? "A B C F" : "A B C", cf, " ")
 		for (key in cells) {
 			split(key, k, ",")
-			fr = (syn[key, "B"] > 0) ? sprintf("%.0fx", syn[key, "A"] / syn[key, "B"]) : "all (B: 0)"
-			printf "| %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.3f | %.3f | %.3f | %.3f | %d | %d | %s |\n",
-				k[1], k[2], tps[key, "A"], tps[key, "B"], tps[key, "C"],
-				tps[key, "B"] / tps[key, "A"], tps[key, "B"] / tps[key, "C"],
-				p99[key, "A"], p99[key, "B"], p99[key, "C"], avg[key, "B"],
-				syn[key, "A"], syn[key, "B"], fr
+			if (syn[key, "A"] == "" || syn[key, "B"] == "")
+				fr = "-"
+			else
+				fr = (syn[key, "B"] > 0) ? sprintf("%.0fx", syn[key, "A"] / syn[key, "B"]) : "all (B: 0)"
+			line = sprintf("| %s | %s | %s | %s | %s |", k[1], k[2],
+				num("%.0f", tps[key, "A"]), num("%.0f", tps[key, "B"]), num("%.0f", tps[key, "C"]))
+			if (f) line = line sprintf(" %s |", num("%.0f", tps[key, "F"]))
+			line = line sprintf(" %s | %s |", ratio(tps[key, "B"], tps[key, "A"]), ratio(tps[key, "B"], tps[key, "C"]))
+			if (f) line = line sprintf(" %s |", ratio(tps[key, "B"], tps[key, "F"]))
+			line = line sprintf(" %s | %s | %s |", num("%.3f", p99[key, "A"]), num("%.3f", p99[key, "B"]), num("%.3f", p99[key, "C"]))
+			if (f) line = line sprintf(" %s |", num("%.3f", p99[key, "F"]))
+			line = line sprintf(" %s | %s | %s | %s |", num("%.3f", avg[key, "B"]), num("%d", syn[key, "A"]), num("%d", syn[key, "B"]), fr)
+			if (cpu) {
+				c = ""
+				for (i = 1; i <= nc; i++)
+					c = c (i > 1 ? "/" : "") ((cu[key, cf[i]] == "") ? "-" : sprintf("%.0f", cu[key, cf[i]]))
+				line = line " " c " |"
+			}
+			print line
 		}
-	}' "$dir/medians.csv" | sort -t'|' -k2,2 -k3,3n
+	}' "$dir/medians.csv" | awk 'NR <= 2 {print; fflush(); next} {print | "sort -t\"|\" -k2,2 -k3,3n"}'
 	# the latency tail, where the run recorded it (p99.9, max; older runs did not)
 	if awk -F, 'NR > 1 && $13 != "" {found = 1} END {exit !found}' "$csv"; then
 		echo
 		echo "Latency tail (medians over rounds; checkpoints: timed or requested ones that fell inside the cell)."
 		echo
-		echo "| workload | clients | p99.9 ms A | p99.9 ms B | max ms A | max ms B | max ms C | checkpoints A/B/C |"
-		echo "|---|---:|---:|---:|---:|---:|---:|---|"
-		awk -F, '{
+		awk -F, -v f="$have_f" '
+		function num(fmt, x) { return (x == "") ? "-" : sprintf(fmt, x) }
+		{
 			key = $1 "," $2; cells[key] = 1
 			p999[key, $3] = $9; mx[key, $3] = $10; ck[key, $3] = $11
 		}
 		END {
+			if (f) {
+				print "| workload | clients | p99.9 ms A | p99.9 ms B | p99.9 ms F | max ms A | max ms B | max ms C | max ms F | checkpoints A/B/C/F |"
+				print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+			} else {
+				print "| workload | clients | p99.9 ms A | p99.9 ms B | max ms A | max ms B | max ms C | checkpoints A/B/C |"
+				print "|---|---:|---:|---:|---:|---:|---:|---|"
+			}
 			for (key in cells) {
 				split(key, k, ",")
-				printf "| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %d/%d/%d |\n", k[1], k[2],
-					p999[key, "A"], p999[key, "B"], mx[key, "A"], mx[key, "B"], mx[key, "C"],
-					ck[key, "A"], ck[key, "B"], ck[key, "C"]
+				if (f)
+					printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s/%s/%s/%s |\n", k[1], k[2],
+						num("%.3f", p999[key, "A"]), num("%.3f", p999[key, "B"]), num("%.3f", p999[key, "F"]),
+						num("%.3f", mx[key, "A"]), num("%.3f", mx[key, "B"]), num("%.3f", mx[key, "C"]), num("%.3f", mx[key, "F"]),
+						num("%d", ck[key, "A"]), num("%d", ck[key, "B"]), num("%d", ck[key, "C"]), num("%d", ck[key, "F"])
+				else
+					printf "| %s | %s | %s | %s | %s | %s | %s | %s/%s/%s |\n", k[1], k[2],
+						num("%.3f", p999[key, "A"]), num("%.3f", p999[key, "B"]),
+						num("%.3f", mx[key, "A"]), num("%.3f", mx[key, "B"]), num("%.3f", mx[key, "C"]),
+						num("%d", ck[key, "A"]), num("%d", ck[key, "B"]), num("%d", ck[key, "C"])
 			}
-		}' "$dir/medians.csv" | sort -t'|' -k2,2 -k3,3n
+		}' "$dir/medians.csv" | awk 'NR <= 2 {print; fflush(); next} {print | "sort -t\"|\" -k2,2 -k3,3n"}'
 	fi
 } > "$dir/summary.md"
 cat "$dir/summary.md"
@@ -76,9 +145,9 @@ if command -v gnuplot >/dev/null; then
 	workloads=$(cut -d, -f1 "$dir/medians.csv" | sort -u)
 	nw=$(echo "$workloads" | wc -l)
 	for w in $workloads; do
-		# clients, TPS A, TPS B, TPS C
+		# clients, TPS A, TPS B, TPS C, TPS F
 		awk -F, -v w="$w" '$1 == w { c[$2] = 1; t[$2, $3] = $4 }
-			END { for (k in c) printf "%s %s %s %s\n", k, t[k, "A"] + 0, t[k, "B"] + 0, t[k, "C"] + 0 }' \
+			END { for (k in c) printf "%s %s %s %s %s\n", k, t[k, "A"] + 0, t[k, "B"] + 0, t[k, "C"] + 0, t[k, "F"] + 0 }' \
 			"$dir/medians.csv" | sort -n > "$dir/plot_$w.dat"
 	done
 	{
@@ -89,8 +158,10 @@ if command -v gnuplot >/dev/null; then
 		echo "set xlabel 'clients (as measured)'; set ylabel 'TPS (median)'; set key outside bottom center vertical; set yrange [0:*]; set grid ytics"
 		for w in $workloads; do
 			echo "set title '$w'"
+			f_bars=
+			[ "$have_f" = 1 ] && f_bars=", '' using 5 title 'F fsync=off (unsafe ceiling)'"
 			echo "plot '$dir/plot_$w.dat' using 2:xtic(1) title 'A stock sync commit', \
-'' using 3 title 'B pmwal', '' using 4 title 'C synchronous_commit=off'"
+'' using 3 title 'B pmwal', '' using 4 title 'C synchronous_commit=off'$f_bars"
 		done
 		echo "unset multiplot"
 	} | gnuplot
