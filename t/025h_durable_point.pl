@@ -49,6 +49,11 @@ sub ring_note
 	create_pmwal($node);
 	$node->safe_psql('postgres', 'CREATE TABLE t (id int PRIMARY KEY)');
 	wait_accelerated($node, 't') or die 'commits are not accelerated';
+	# a checkpoint first: what is written after it stays below the
+	# checkpointer's early sync of pg_wal (ring_on_checkpointer_sync, which
+	# passes durable_after_sync too), so the hold below is the one before
+	# pg_control is written (on 19 the table's creation alone passed it)
+	$node->safe_psql('postgres', 'CHECKPOINT');
 	$node->safe_psql('postgres', "INSERT INTO t VALUES ($_)") for 1 .. 20;
 	stop_server_process($node, $_) for qw(walwriter flusher);
 
