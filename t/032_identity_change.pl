@@ -232,7 +232,7 @@ SKIP:
 	ring_write_u64($RS, 'state', RING_STATE_IN_USE);
 	my $refused = refused_without_writing($s, 'sub_holds_wal', files => [$RS],
 		fatal => qr/pmwal ring "\Q$RS\E" belongs to another database cluster\n/,
-		detail => qr/The ring holds WAL from 0\/7000000 to 0\/7002000, written under the old identity/);
+		detail => qr/The ring holds WAL from 0\/0?7000000 to 0\/0?7002000, written under the old identity/);
 	my ($msg) = slurp_file($s->logfile) =~ /.*(FATAL:  pmwal ring .*\n(?:.*(?:DETAIL|HINT):  .*\n)*)/;
 	case_line("sub_holds_wal: " . ($refused ? "refused:\n" . ($msg // '?') : 'NOT refused'));
 	scene_restore($s, 'after_createsubscriber');

@@ -129,8 +129,6 @@ sub ring_range
 	return ($tail, $head, $cap);
 }
 
-sub lsn { return sprintf('%X/%X', int($_[0] / 2**32), $_[0] % 2**32); }
-
 # A commit that must make its backend copy WAL past the cut: it dies.
 sub commit_into_cut
 {
@@ -148,7 +146,7 @@ sub commit_into_cut
 	ok(ring_holds($R), 'data_cut: the ring holds WAL');
 	my ($tail, $head, $cap) = ring_range($R);
 	my ($ot, $oh) = ($tail % $cap, $head % $cap);
-	note('data_cut: ring holds ' . lsn($tail) . ' to ' . lsn($head));
+	note('data_cut: ring holds ' . lsn_format($tail) . ' to ' . lsn_format($head));
 	BAIL_OUT('data_cut: the ring\'s WAL wraps or is too short for this test')
 	  if $ot >= $oh || $head - $tail < 4 * $PAGE;
 	# keep the ring's first page of WAL; cut the rest
@@ -166,10 +164,10 @@ sub commit_into_cut
 	ok(defined $st && POSIX::WIFEXITED($st) && POSIX::WEXITSTATUS($st) == 1, 'data_cut: the postmaster exits with 1');
 	($tail, $head) = ring_range($R);
 	my $first = $tail + $PAGE;
-	my ($from, $to) = (lsn($first), lsn($head));
+	my ($from, $to) = (lsn_format($first), lsn_format($head));
 	like($log, qr/FATAL:  could not read pmwal ring "\Q$R\E": its WAL from \Q$from\E to \Q$to\E cannot be read\n/,
 		"data_cut: FATAL names the ring and the WAL it cannot read ($from to $to)");
-	like($log, qr/DETAIL:  The ring holds this cluster's WAL from \Q${\ lsn($tail)}\E to \Q$to\E; \d+ of its \d+ pages.*: it was truncated while the server ran\.  Nothing was restored/,
+	like($log, qr/DETAIL:  The ring holds this cluster's WAL from \Q${\ lsn_format($tail)}\E to \Q$to\E; \d+ of its \d+ pages.*: it was truncated while the server ran\.  Nothing was restored/,
 		'data_cut: DETAIL says what the ring holds, that the file was truncated, and that nothing was restored');
 	like($log, qr/HINT:  .*pmwal_ctl dump.*pmwal_ctl unbind --force/, 'data_cut: HINT says what to do');
 	my ($msg) = $log =~ /(FATAL:  could not read pmwal ring.*\n(?:.*(?:DETAIL|HINT):  .*\n)*)/;
@@ -178,7 +176,7 @@ sub commit_into_cut
 	# a start now must not go on without the ring's WAL
 	refused_without_writing($node, 'data_cut a new start', files => [$R],
 		fatal => qr/pmwal ring "\Q$R\E" has an impossible size\n/,
-		detail => qr/The header says the ring holds WAL from \Q${\ lsn($tail)}\E to \Q$to\E/);
+		detail => qr/The header says the ring holds WAL from \Q${\ lsn_format($tail)}\E to \Q$to\E/);
 }
 
 # --- header_cut -------------------------------------------------------------
@@ -236,7 +234,7 @@ sub commit_into_cut
 	my $log = slurp_file($node->logfile, $offset);
 	ok($back, 'spare_cut: the server runs again after the crash-restart')
 	  or diag('the postmaster: ' . describe_status($st) . "\nlog:\n$log");
-	like($log, qr/pmwal restored WAL \Q${\ lsn($tail)}\E to /, 'spare_cut: the ring\'s WAL was restored');
+	like($log, qr/pmwal restored WAL \Q${\ lsn_format($tail)}\E to /, 'spare_cut: the ring\'s WAL was restored');
 	like($log, qr/WARNING:  pmwal ring "\Q$R\E" was truncated while the server ran\n/,
 		'spare_cut: WARNING that the file was truncated');
 	is(-s $R, $size, 'spare_cut: the ring file has its size back');

@@ -165,12 +165,14 @@ pg19_enter() {
 	' pg19 "$root" "$@"
 }
 
-# On the host: tools/test --pg 19 [--tests T].  The checkout (less what a
-# build leaves behind; uncommitted changes included, as tools/test on the
-# host tests them) goes into the chroot at /var/tmp/pmwal-src/<name>-<hash>
-# (one per checkout), and tools/test runs there.
-pg19_test() {
-	local tests=$1 root key src status=0
+# On the host: run TOOL (tools/test, tools/demo) with ARGS inside the
+# chroot.  The checkout (less what a build leaves behind; uncommitted
+# changes included, as the tools on the host use them) goes into the chroot
+# at /var/tmp/pmwal-src/<name>-<hash> (one per checkout), and TOOL runs
+# there.
+pg19_run() {
+	local tool=$1 root key src status=0
+	shift
 	pg19_chroot
 	root=$(pg19_root)
 	key=$(printf '%s' "$PWD" | sha1sum | cut -c1-8)
@@ -180,9 +182,13 @@ pg19_test() {
 	tar -C "$PWD" --exclude=./.git --exclude=./tmp_check --exclude=./tmp_regress \
 		--exclude=./results --exclude=./bench/results --exclude='*.o' --exclude='*.so' \
 		--exclude='*.bc' -cf - . | tar -C "$root$src" -xf -
-	echo "== PostgreSQL 19: tools/test inside the sid chroot ($src)"
-	pg19_enter "$root" /bin/bash -c 'cd "$1" && exec tools/test --pg 19 ${2:+--tests "$2"}' \
-		pg19 "$src" "$tests" || status=$?
-	echo "== PostgreSQL 19: logs of the run in $root/var/tmp/pmwal-work"
+	echo "== PostgreSQL 19: $tool inside the sid chroot ($src)"
+	pg19_enter "$root" /bin/bash -c 'cd "$1" && shift && exec "$@"' pg19 "$src" "$tool" "$@" || status=$?
+	echo "== PostgreSQL 19: work directories of the run in $root/var/tmp/pmwal-work"
 	return $status
+}
+
+# On the host: tools/test --pg 19 [--tests T].
+pg19_test() {
+	pg19_run tools/test --pg 19 ${1:+--tests "$1"}
 }
