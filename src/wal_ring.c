@@ -500,11 +500,29 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
  * Entry points
  * --------------------------------------------------------------------- */
 
+/*
+ * A WAL write up to this size is first copied into private memory, and
+ * both the ring and the segment get that copy: the same bytes (I3), as
+ * when the segment gets the ring's copy, but the file write reads cached
+ * memory instead of what was just stored into the ring with non-temporal
+ * stores -- on persistent memory, a read of the device inside the WAL
+ * write, under WALWriteLock.  Larger writes (a group of commits, a full
+ * WAL buffer) write the ring's copy out.
+ */
+#define WRITE_SNAPSHOT_SIZE		(8 * XLOG_BLCKSZ)
+
+static union
+{
+	char		data[WRITE_SNAPSHOT_SIZE];
+	double		force_align;
+}			write_snapshot;
+
 ssize_t
 ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t offset)
 {
 	XLogRecPtr	start;
 	const char *why = NULL;
+	const char *src;
 	ssize_t		rc;
 
 	if (!tracking() || len == 0)
@@ -555,7 +573,13 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 		publish(start + len);
 		RING_UNLOCK();
 	}
-	ring_copy_in(start, buf, len);
+	src = buf;
+	if (len <= sizeof(write_snapshot.data))
+	{
+		memcpy(write_snapshot.data, buf, len);
+		src = write_snapshot.data;
+	}
+	ring_copy_in(start, src, len);
 	PMWAL_PAUSE_POINT("write_before_drain");
 	if (!ring_drain(start, start + len))
 		ereport(PANIC,
@@ -563,7 +587,10 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
 	PMWAL_PAUSE_POINT("write_after_copy");
 	/* what the ring holds: the caller's buffer may have grown since */
-	rc = ring_write_out(fd, start, len, offset);
+	if (src != buf)
+		rc = pwrite(fd, src, len, offset);
+	else
+		rc = ring_write_out(fd, start, len, offset);
 	if (rc <= 0)
 		return rc;				/* PostgreSQL retries, or PANICs */
 
