@@ -8,7 +8,9 @@
  * offset of its LSN, and drained (persisted); then the ring's copy is
  * written into the segment -- not the caller's buffer again: PostgreSQL's
  * inserters may be adding records to its partial last page meanwhile, and
- * pg_wal must get exactly what the ring holds (I3).  A sync of a WAL segment publishes the ring's head over everything
+ * pg_wal must get exactly what the ring holds (I3).  (A small write is
+ * first copied into private memory, which both the ring and the segment
+ * get: the same bytes, read from cache.)  A sync of a WAL segment publishes the ring's head over everything
  * copied -- one persisted 8-byte store -- and returns: the ring now holds,
  * persisted, every byte written to any segment since the ring's tail, and
  * every byte before the tail is synced in pg_wal (I1, I2).  PostgreSQL
