@@ -183,6 +183,9 @@ sub scenario
 	{
 		ok(patroni_log_has($old, qr/pmwal restored WAL/, $offset),
 			"$mode: $old->{name}'s crash recovery restored its ring");
+		my $single = -e $old->{single} ? slurp_file($old->{single}, $offset->[1]) : '';
+		note("$mode: $old->{name}: the ring was restored "
+			  . ($single =~ /pmwal restored WAL/ ? "in Patroni's single-user crash recovery (before pg_rewind)" : 'at a normal start'));
 	}
 	converged($leader, $nodes, 1, "$mode, after the old primary rejoined", @loads);
 

@@ -14,7 +14,7 @@
 #	postgres   a script that puts the server under the power-cut log
 #	           (libpowercut.so, POWERCUT_LOG/DIR/RING) and, in single-user
 #	           mode (Patroni's crash recovery before pg_rewind), appends its
-#	           stderr to single_user.log (Patroni logs it only on failure);
+#	           stderr to a log of its own (Patroni logs it only on failure);
 #	pg_rewind  a script that, once the real pg_rewind succeeded, starts the
 #	           power-cut log anew: pg_rewind ends by fsyncing the whole data
 #	           directory, so what pg_wal holds then is durable -- the log's
@@ -22,8 +22,9 @@
 #	           the real server's programs) would confuse the replay of the
 #	           log.  The ring's durable image is taken anew then too.
 # Per-node logs: tmp_check/log/038_patroni_<node>.log (Patroni and the
-# server's stderr), the node's base directory (single_user.log, the
-# power-cut logs, patroni.yml).
+# server's stderr) and 038_patroni_<node>_single_user.log; the node's base
+# directory has its patroni.yml and power-cut logs (removed with it when
+# the test passes).
 package PmwalTest::Patroni;
 
 use strict;
@@ -100,6 +101,7 @@ sub patroni_cluster
 		my $n = { name => $name, pg => $pg, scope => $scope,
 			log => "$PostgreSQL::Test::Utils::log_path/038_patroni_$name.log",
 			api => PostgreSQL::Test::Cluster::get_free_port(),
+			single => "$PostgreSQL::Test::Utils::log_path/038_patroni_${name}_single_user.log",
 			yml => "$base/patroni.yml", pclog => "$base/powercut.log" };
 		$pg->{powercut_log} = $n->{pclog};
 		my %params = (
@@ -141,7 +143,7 @@ sub patroni_cluster
 		my $pgwal = $pg->data_dir . '/pg_wal';
 		_script("$bin/postgres", qq{#!/bin/sh
 # postgres under the power-cut log of node $name (PmwalTest::Patroni)
-[ "\$1" = --single ] && exec 2>>'$base/single_user.log'
+[ "\$1" = --single ] && exec 2>>'$n->{single}'
 LD_PRELOAD='$lib' POWERCUT_LOG='$n->{pclog}' POWERCUT_DIR='$pgwal' POWERCUT_RING='$ring' \\
 	exec '$bindir/postgres' "\$@"
 });
@@ -359,10 +361,11 @@ sub _is_primary
 }
 
 # Wait until one of @nodes (except those in %$not) is the leader in
-# Patroni's view and its server runs as a primary; returns it.
+# Patroni's view and its server runs as a primary; returns it, or undef
+# (and, unless $quiet, Patroni's view as a diagnostic) after $timeout s.
 sub wait_leader
 {
-	my ($nodes, $timeout, $not) = @_;
+	my ($nodes, $timeout, $not, $quiet) = @_;
 	my $deadline = time + ($timeout // 120);
 	while (time < $deadline)
 	{
@@ -379,7 +382,8 @@ sub wait_leader
 		}
 		Time::HiRes::sleep(0.5);
 	}
-	diag('no leader: ' . JSON::PP->new->canonical->encode(_cluster_view(@$nodes) // {}));
+	diag('no leader: ' . JSON::PP->new->canonical->encode(_cluster_view(@$nodes) // {}))
+	  unless $quiet;
 	return undef;
 }
 
@@ -387,7 +391,7 @@ sub wait_leader
 sub leader_of
 {
 	my ($nodes) = @_;
-	return wait_leader($nodes, 1);
+	return wait_leader($nodes, 1, undef, 1);
 }
 
 # The synchronous standby of $leader: the node Patroni's view names
@@ -464,11 +468,11 @@ sub wait_converged
 }
 
 # Where node $n's logs end now (for patroni_log_has): its Patroni log
-# (Patroni and its server) and single_user.log.
+# (Patroni and its server) and its single-user runs' log.
 sub log_offsets
 {
 	my ($n) = @_;
-	return [ map { -s $_ // 0 } $n->{log}, $n->{pg}->basedir . '/single_user.log' ];
+	return [ map { -s $_ // 0 } $n->{log}, $n->{single} ];
 }
 
 # Node $n's logs after $offsets (log_offsets; default: all of them) match
@@ -476,7 +480,7 @@ sub log_offsets
 sub patroni_log_has
 {
 	my ($n, $re, $offsets) = @_;
-	my @files = ($n->{log}, $n->{pg}->basedir . '/single_user.log');
+	my @files = ($n->{log}, $n->{single});
 	my $text = '';
 	for my $i (0, 1)
 	{
