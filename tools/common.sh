@@ -5,10 +5,13 @@
 
 # Everything the tests and the demo call: the build, the server, IPC::Run
 # for TAP, gdb and strace (tests hold and watch server processes), procps
-# (pgrep, ps), gnuplot (the demo's plot), pip (fetching 16-18) and bzip2;
-# 19's chroot has its own list (tools/pg19.sh).
+# (pgrep, ps), gnuplot (the demo's plot), pip (fetching 16-18), bzip2, and
+# Patroni with etcd (t/038 runs its own etcd and three Patronis on free
+# loopback ports; on a machine with systemd, installing etcd-server also
+# starts Debian's etcd service on 2379, which t/038 does not use); 19's
+# chroot has its own list (tools/pg19.sh).
 # tools/fresh-check proves on a new Debian 12 that nothing else is needed.
-PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb strace python3-pip bzip2"
+PACKAGES="build-essential postgresql-15 postgresql-server-dev-15 libpmem-dev libipc-run-perl gnuplot-nox procps gdb strace python3-pip bzip2 patroni python3-etcd etcd-server etcd-client"
 
 # The server pmwal is built and tested against: Debian's 15 unless
 # use_pg_version picks another (tools/pg-versions.sh).
