@@ -74,7 +74,9 @@ sub same_bytes
 
 	my $s = psql_session($node);
 	my $pid = session_pid($s);
-	send_and_wait($s, "SET pmwal.test_pause = 'write_short'; SELECT 'armed';\n", qr/^armed$/m);
+	pause_rearm($node, $_) for qw(write_short write_after_copy sync_before_publish);
+	send_and_wait($s, "SET pmwal.test_pause = 'write_short,write_after_copy:2,sync_before_publish'; SELECT 'armed';\n",
+		qr/^armed$/m);
 	my $f = flush_lsn($node);
 	my $wstart = $f - $f % $PAGE;
 	my $limit = $wstart % $SEG + $PAGE + 100;
@@ -86,21 +88,34 @@ sub same_bytes
 	cmp_ok($ins - $wstart, '<=', 8 * $PAGE, "$tag: B's write is at most 64 kB (the snapshot path)");
 	same_bytes($node, $wstart, $PAGE + 100, "$tag: at write_short, what the file took");
 
-	# C appends to the WAL buffer B's rest will be copied from
+	# the rest: copied into the snapshot and the ring, held before its file write
+	system('prlimit', '--pid', $pid, '--fsize=unlimited:') == 0 or die 'prlimit failed';
+	$offset = -s $node->logfile;
+	pause_release($node, 'write_short');
+	is(pause_wait($node, 'write_after_copy', $offset), $pid,
+		"$tag: B's rest is in the ring, held before its file write");
+
+	# C appends to the WAL buffer B's rest was copied from
 	my $c = bg_psql($node, 'INSERT INTO t VALUES (6)');
 	$node->poll_query_until('postgres',
 		q{SELECT count(*) = 1 FROM pg_stat_activity WHERE wait_event = 'WALWrite' AND query = 'INSERT INTO t VALUES (6)'})
 	  or die "$tag: C does not wait for the WAL write lock";
 	my $ins_c = insert_lsn($node);
-	cmp_ok($ins_c, '>', $ins, "$tag: C's records were inserted while B is held");
+	cmp_ok($ins_c, '>', $ins, "$tag: C's records were inserted into B's last page while B is held");
+	cmp_ok($ins_c, '<', $ins - $ins % $PAGE + $PAGE, "$tag: ... in the page B's rest covers");
 	note("$tag: B's write from " . lsn_text($wstart) . ", insert position " . lsn_text($ins)
 		  . ' before C, ' . lsn_text($ins_c) . ' after');
 
-	system('prlimit', '--pid', $pid, '--fsize=unlimited:') == 0 or die 'prlimit failed';
-	pause_release($node, 'write_short');
+	# B writes the rest (the snapshot: without C's record) and is held in its sync
+	$offset = -s $node->logfile;
+	pause_release($node, 'write_after_copy');
+	is(pause_wait($node, 'sync_before_publish', $offset), $pid, "$tag: B wrote the rest, held in its sync");
+	my $wend = $ins - $ins % $PAGE + $PAGE;
+	same_bytes($node, $wstart, $wend - $wstart, "$tag: B's whole write, with C's record in the WAL buffer only");
+	pause_release($node, 'sync_before_publish');
 	my $deadline = time + 120;
 	Time::HiRes::sleep(0.05) until session_output($s) =~ /^inserted$/m || time > $deadline;
-	like(session_output($s), qr/^inserted$/m, "$tag: B's rest was written, its commit acknowledged");
+	like(session_output($s), qr/^inserted$/m, "$tag: B's commit acknowledged");
 	session_close($s);
 	bg_psql_finish($c);
 	push @acked, 6, 1001 .. 1300;
