@@ -6,19 +6,24 @@
 #
 # The committing backend B's file size limit (RLIMIT_FSIZE, as in t/034)
 # makes its next WAL write (a few pages: the snapshot path) short: a page
-# and 100 bytes reach the file, the ring holds the whole write.  B is held
-# at write_short, before PostgreSQL writes the rest.  Meanwhile C inserts a
-# row: its records go into the same WAL buffer, after B's commit record,
-# in the page the rest of B's write covers; C waits for the WAL write
-# lock.  Then B's limit is raised and B let go: the rest is copied again
-# (through the snapshot, from the newer buffer) into the ring and the file.
+# and 100 bytes reach the file, the ring holds the whole write.
+# B is held at write_short, before PostgreSQL writes the rest; then its
+# limit is raised and B let go: the rest (from mid-page) is copied into the
+# snapshot and the ring, and B is held again before its file write
+# (write_after_copy, second hit).  Meanwhile C inserts a row: its records go
+# into the WAL buffer B's rest was copied from, in the page the rest
+# covers; C waits for the WAL write lock.  B writes the rest and is held
+# in its sync (sync_before_publish).
 #
 # Checked: at write_short, the ring and pg_wal agree over what the file
-# took; after B's and C's commits, the ring and pg_wal agree byte for
-# byte over everything the ring holds; after a power cut the server
-# starts, restores the ring, and every acknowledged row is there;
-# negative control: the data directory started without its ring lacks
-# them.
+# took; with B held in its sync, they agree byte for byte over B's whole
+# write (C's record is in the WAL buffer only); after both commits, over
+# everything the ring holds; after a power cut the server starts,
+# restores the ring, and every acknowledged row is there; negative
+# control: the data directory started without its ring lacks them.
+# Shown to catch the hazard: with the snapshot path's file write made a
+# pwrite of the caller's buffer (by hand, not committed), the check in
+# B's sync fails at C's record (first difference at its LSN).
 use strict;
 use warnings;
 use FindBin;
