@@ -10,10 +10,11 @@
  * inserters may be adding records to its partial last page meanwhile, and
  * pg_wal must get exactly what the ring holds (I3).  (A small write is
  * first copied into private memory, which both the ring and the segment
- * get: the same bytes, read from cache.)  A sync of a WAL segment publishes the ring's head over everything
- * copied -- one persisted 8-byte store -- and returns: the ring now holds,
- * persisted, every byte written to any segment since the ring's tail, and
- * every byte before the tail is synced in pg_wal (I1, I2).  PostgreSQL
+ * get: the same bytes, read from cache.)  A sync of a WAL segment
+ * publishes the ring's head over everything copied -- one persisted
+ * 8-byte store -- and returns: the ring now holds, persisted, every byte
+ * written to any segment since the ring's tail, and every byte before the
+ * tail is synced in pg_wal (I1, I2).  PostgreSQL
  * moves its flush pointer, and wakes walsenders and the archiver, only
  * after that, so nothing that reads the flush pointer ever sees WAL that
  * is neither in the ring nor synced (I7).  The ring always holds the newest
