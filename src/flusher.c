@@ -12,6 +12,9 @@
  * directory's binding file follows (binding.c): a copy of the ring taken
  * before the pass is then recognised as stale.
  *
+ * It runs from the postmaster's start, so on a standby too, where the
+ * walreceiver's WAL goes into the ring.
+ *
  * The flusher is not needed for correctness: a writer that finds the ring
  * full syncs pg_wal itself.  If it dies, the postmaster starts it again a
  * second later.  It also carries pmwal.enabled, a reloadable setting, to
@@ -57,7 +60,7 @@ pmwal_flusher_register(void)
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_start_time = BgWorkerStart_PostmasterStart;
 	worker.bgw_restart_time = 1;
 	strcpy(worker.bgw_library_name, "pmwal");
 	strcpy(worker.bgw_function_name, "pmwal_flusher_main");

@@ -260,6 +260,7 @@ pmwal_shmem_startup_hook(void)
 		pmwal_restore(control, plan, crash_restart);
 		ring_restore_size();
 		pmwal_binding_take(control);
+		ring_note_control(control);
 		/* registered anew at every crash-restart: shmem_exit ran the old one */
 		on_shmem_exit(pmwal_exit_sync, 0);
 	}
@@ -284,13 +285,13 @@ pmwal_not_accelerated_reason(void)
 		return stand_aside_reason;
 	if (!pmwal_interposed())
 		return "the server's WAL calls are not interposed";
-	if (RecoveryInProgress())
-		return "the server is in recovery: PostgreSQL syncs the WAL it receives or writes itself";
 	if (pg_atomic_read_u32(&pmwal_shared->enabled) == 0)
 		return "pmwal.enabled is off";
 	if (pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN ||
 		pmwal_wal_sync_method == PMWAL_SYNC_METHOD_OPEN_DSYNC)
 		return "wal_sync_method is open_sync or open_datasync: PostgreSQL writes WAL with O_SYNC or O_DSYNC and never syncs it";
+	if (RecoveryInProgress() && !ring_anchored())
+		return "the server is in recovery, and no walreceiver streams WAL into the ring now: the WAL it reads or receives is synced by PostgreSQL";
 	if ((pass = ring_pass_reason()) != NULL)
 		return pass;
 	return NULL;

@@ -182,6 +182,9 @@ typedef struct PmwalShared
 									 * (under sync_lock) */
 	XLogRecPtr	tli_start;		/* where pmwal began following timeline tli
 								 * (follow_timeline; under sync_lock) */
+	XLogRecPtr	control_checkpoint; /* the checkpoint pg_control names, and */
+	uint32		control_state;	/* its state: as found at the start, then as
+								 * each write of it said (ring_lock) */
 
 	pid_t		flusher_pid;
 	Latch	   *flusher_latch;
@@ -246,6 +249,8 @@ extern void ring_on_checkpointer_sync(void);
 extern void ring_make_durable(void);
 extern void ring_free_up_to(XLogRecPtr durable);
 extern const char *ring_pass_reason(void);
+extern void ring_note_control(const struct ControlFileData *control);
+extern bool ring_anchored(void);
 
 /* wal_sync.c */
 extern void pmwal_sync_range(XLogRecPtr upto);

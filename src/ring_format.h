@@ -145,6 +145,9 @@ typedef enum RingCheck
 /* Start of the WAL page holding "lsn". */
 #define RING_PAGE(lsn)				((lsn) - (lsn) % XLOG_BLCKSZ)
 
+/* The first page boundary at or after "lsn". */
+#define RING_PAGE_END(lsn)			RING_PAGE((lsn) + XLOG_BLCKSZ - 1)
+
 /*
  * The one rule for the ring's positions, applied where the server stores
  * them (wal_ring.c) and wherever they are read back (ring_check_header:

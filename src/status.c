@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xlog.h"
 #include "funcapi.h"
 #include "replication/syncrep.h"
 #include "replication/walsender.h"
@@ -40,6 +41,15 @@ commit_path(const char *not_accelerated)
 	bool		standbys = max_wal_senders > 0 &&
 		SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0';
 
+	/*
+	 * A standby: what the walreceiver's flush, which a synchronous commit
+	 * on the primary waits for, is made durable by.  The primary cannot
+	 * see that (nothing in the replication protocol says it), so its own
+	 * row says only "synchronous standby"; this row says it on the standby.
+	 */
+	if (RecoveryInProgress())
+		return not_accelerated ? "standby: received WAL synced by the file system" :
+			"standby: received WAL synced through the ring";
 	if (not_accelerated)
 		return standbys ? "file system sync, then synchronous standby" : "file system sync";
 	return standbys ? "ring, then synchronous standby" : "ring";

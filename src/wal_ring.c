@@ -48,10 +48,34 @@
  * sync starts at the segment of the byte before durable_lsn and is skipped
  * only when nothing was written since the last one (writes_done).
  *
- * In recovery (crash recovery, a standby, a promotion's end) nothing is
- * copied: the walreceiver and the startup process write and sync WAL as
- * in stock PostgreSQL.  The ring, emptied by the restore, is anchored at
- * the first write after recovery.
+ * On a standby the walreceiver's writes go into the ring the same way, and
+ * its syncs are answered from it: a synchronous commit on the primary then
+ * waits for the standby's ring, not for its disk.  The walreceiver writes
+ * what it received, which may end inside a page: the rest of that page in
+ * the ring is zeroed, and the ring claims the whole page, as it claims the
+ * primary's partial last page.  It is anchored only at or after the page of
+ * the checkpoint pg_control names (a restartpoint's), never while a
+ * backup_label says the data directory is still being restored from a base
+ * backup, and never over WAL the walreceiver writes again after a
+ * reconnect (that is in pg_wal already); it may begin inside a page, whose
+ * beginning is then read from the segment, synced.  When the walreceiver
+ * exits, it retires the ring: the startup process, which writes WAL only
+ * at a promotion's end and may rename or remove the old timeline's
+ * segments there, never finds WAL of its own that only the ring holds.
+ * Everything else in recovery writes and syncs as in stock PostgreSQL; on
+ * a primary, the ring, emptied by the restore, is anchored at the first
+ * write after recovery.
+ *
+ * In recovery, pg_control is written at every advance of minRecoveryPoint
+ * (a buffer flushed), which a real sync of pg_wal at each would make as
+ * slow as the walreceiver's own syncs.  Such a write -- the same checkpoint,
+ * the state still "in archive recovery" -- needs none: minRecoveryPoint is
+ * at most what was replayed, so received and answered from the ring, and
+ * the restore writes the ring back before the startup process reads
+ * minRecoveryPoint.  A restartpoint names a new checkpoint, and a state
+ * change (promotion, shutdown) a new state: those sync for real as on a
+ * primary, so the checkpoint pg_control names is always in pg_wal, and the
+ * ring never begins before its page (else the ring is retired).
  *
  * Every positional change of the ring is made so that each intermediate
  * state claims only bytes the ring holds, or nothing (I6): head only grows
@@ -74,12 +98,14 @@
  */
 #include "postgres.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_control.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "storage/proc.h"
 
 #include "pmwal.h"
@@ -89,16 +115,26 @@
 #define SYNC_LOCK()		LWLockAcquire(pmwal_shared->sync_lock, LW_EXCLUSIVE)
 #define SYNC_UNLOCK()	LWLockRelease(pmwal_shared->sync_lock)
 
+/* Is this the walreceiver of a standby? */
+static bool
+receiving(void)
+{
+	return MyBackendType == B_WAL_RECEIVER;
+}
+
 /*
- * Does pmwal follow this process's WAL writes at all?  Not in recovery,
- * and not in a process without a PGPROC (the postmaster).
+ * Does pmwal follow this process's WAL writes at all?  Not in a process
+ * without a PGPROC (the postmaster), and in recovery only the
+ * walreceiver's.
  */
 static bool
 tracking(void)
 {
 	return pmwal_ring != NULL && pmwal_shared != NULL && MyProc != NULL &&
-		!RecoveryInProgress();
+		(receiving() || !RecoveryInProgress());
 }
+
+static bool ring_begins_before(XLogRecPtr lsn);
 
 static bool
 anchored(void)
@@ -144,12 +180,17 @@ persist_position(volatile uint64 *word, XLogRecPtr lsn)
 	persist_word(word, lsn);
 }
 
-/* Claim everything copied up to "end" (copied and drained already). */
+/*
+ * Claim everything copied up to "end" (copied and drained already), and the
+ * rest of its page: the server's own writes end on a page boundary; the
+ * walreceiver's may not, and the rest of that page is zeroes in the ring.
+ */
 static void
 publish(XLogRecPtr end)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
 
+	end = RING_PAGE_END(end);
 	if (end > hdr->head.v)
 		persist_position(&hdr->head.v, end);
 }
@@ -367,7 +408,7 @@ copy_allowed(const WalFd *w, XLogRecPtr start, size_t len, const char **why)
 		*why = "pmwal.enabled is off";
 	else if (len > pmwal_ring->capacity - XLOG_BLCKSZ)
 		*why = "a single WAL write was larger than the ring";
-	else if (!RING_POSITION_VALID(start + len))
+	else if (!RING_POSITION_VALID(start + len) && !receiving())
 		*why = "a WAL write did not end at a WAL page boundary";	/* XLogWrite's do */
 	else
 		return true;
@@ -396,16 +437,64 @@ anchor(TimeLineID tli, XLogRecPtr start)
 }
 
 /*
- * Make room in the ring for the write [start, end) and decide whether it
- * goes into the ring.  Returns false when the ring cannot take it: then
- * the ring is retired (or was not anchored) and the write goes to pg_wal
- * only, synced by PostgreSQL.
+ * May the walreceiver's write [start, end) anchor the unanchored ring (see
+ * the file header)?  With ring_lock held.
  */
 static bool
-reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
+may_anchor_received(XLogRecPtr start, XLogRecPtr end)
+{
+	struct stat st;
+
+	if (end <= pg_atomic_read_u64(&pmwal_shared->written_end))
+		return false;			/* written again after a reconnect */
+	if (RING_PAGE(start) < RING_PAGE(pmwal_shared->control_checkpoint))
+		return false;			/* before the restartpoint's page */
+	if (stat(BACKUP_LABEL_FILE, &st) == 0)
+		return false;			/* the base backup's WAL is not ours yet */
+	return true;
+}
+
+/*
+ * Anchor the unanchored ring under the walreceiver's write at "start",
+ * which may lie inside a page: the ring begins at that page, and the
+ * page's beginning is read from the segment ("fd", the write's "offset"),
+ * where a real sync made it durable (reserve).  False if it cannot be
+ * read: the write then goes to pg_wal only.
+ */
+static bool
+anchor_received(int fd, const WalFd *w, XLogRecPtr start, off_t offset)
+{
+	XLogRecPtr	page = RING_PAGE(start);
+	size_t		before = start - page;
+	PGAlignedXLogBlock buf;
+
+	if (before > 0 && pg_pread(fd, buf.data, before, offset - before) != (ssize_t) before)
+		return false;
+	anchor(w->tli, page);
+	if (before > 0)
+	{
+		ring_copy_in(page, buf.data, before);
+		if (!ring_drain(page, start))
+			ereport(PANIC,
+					(errcode_for_file_access(),
+					 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
+		pmwal_shared->copied_end = start;
+	}
+	return true;
+}
+
+/*
+ * Make room in the ring for the write [start, end) through "fd" at
+ * "offset" and decide whether it goes into the ring.  Returns false when
+ * the ring cannot take it: then the ring is retired (or was not anchored)
+ * and the write goes to pg_wal only, synced by PostgreSQL.
+ */
+static bool
+reserve(int fd, const WalFd *w, XLogRecPtr start, XLogRecPtr end, off_t offset)
 {
 	RingHeader *hdr = pmwal_ring->hdr;
 	uint64		cap = pmwal_ring->capacity;
+	XLogRecPtr	claim_end = RING_PAGE_END(end);
 
 	for (;;)
 	{
@@ -418,19 +507,41 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 			(start > pmwal_shared->copied_end ||
 			 (written > 0 && start < RING_PAGE(written - 1)) ||
 			 (start < hdr->tail.v && ring_holds_wal(hdr)) ||
-			 (!RING_POSITION_VALID(start) && start < hdr->tail.v)))
+			 (!RING_POSITION_VALID(start) && start < hdr->tail.v) ||
+			 (receiving() && (start != pmwal_shared->copied_end || start < hdr->tail.v))))
 		{
 			/*
-			 * XLogWrite writes on from the page it wrote last: a write
-			 * after a gap, or back before that page, is never expected;
-			 * nor the rest of a short write into a page whose beginning
-			 * the ring does not hold.
+			 * XLogWrite writes on from the page it wrote last, and the
+			 * walreceiver from the byte it wrote last: a write after a gap,
+			 * or back before that, is never expected (but from a
+			 * walreceiver that streams again); nor the rest of a short
+			 * write into a page whose beginning the ring does not hold.
 			 */
 			RING_UNLOCK();
-			retire("a WAL write did not follow the previous one");
+			retire(receiving() ?
+				   "the walreceiver wrote WAL again that it had written before" :
+				   "a WAL write did not follow the previous one");
 			continue;
 		}
-		if (!anchored() && !RING_POSITION_VALID(start))
+		if (!anchored() && receiving())
+		{
+			if (!may_anchor_received(start, end))
+			{
+				RING_UNLOCK();
+				return false;
+			}
+			if (durable < written ||
+				pg_atomic_read_u64(&pmwal_shared->writes_done) != pmwal_shared->synced_writes)
+				need_sync = true;	/* what was written meanwhile, first */
+			else
+			{
+				bool		ok = anchor_received(fd, w, start, offset);
+
+				RING_UNLOCK();
+				return ok;
+			}
+		}
+		else if (!anchored() && !RING_POSITION_VALID(start))
 		{
 			/*
 			 * The rest of a short write that went to pg_wal only: the ring
@@ -442,7 +553,7 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 			RING_UNLOCK();
 			return false;
 		}
-		if (!anchored())
+		else if (!anchored())
 		{
 			if (durable < written ||
 				pg_atomic_read_u64(&pmwal_shared->writes_done) != pmwal_shared->synced_writes)
@@ -464,7 +575,7 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 				move_empty(start);
 				tail = start;
 			}
-			if (end - tail <= cap)
+			if (claim_end - tail <= cap)
 			{
 				RING_UNLOCK();
 				return true;
@@ -481,7 +592,7 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 			pmwal_count(CTR_FULL, 1);
 			ring_make_durable();
 			RING_LOCK();
-			if (anchored() && end - Min(hdr->tail.v, start) > cap)
+			if (anchored() && claim_end - Min(hdr->tail.v, start) > cap)
 			{
 				RING_UNLOCK();
 				pmwal_count(CTR_LARGE, 1);
@@ -497,6 +608,22 @@ reserve(const WalFd *w, XLogRecPtr start, XLogRecPtr end)
 			SYNC_UNLOCK();
 		}
 	}
+}
+
+/*
+ * The walreceiver exits: sync what it received for real and retire the
+ * ring (see the file header).  A walreceiver that is killed takes the
+ * server down with it, and the restore follows.
+ */
+static void
+walreceiver_exit(int code, Datum arg)
+{
+	LWLockReleaseAll();
+	if (!anchored())
+		return;
+	retire_ring("the walreceiver stopped", false);
+	ereport(LOG,
+			(errmsg("pmwal synced the WAL the walreceiver received for real; the ring is empty until it streams again")));
 }
 
 /* ---------------------------------------------------------------------
@@ -520,6 +647,10 @@ static union
 	double		force_align;
 }			write_snapshot;
 
+static const PGAlignedXLogBlock zero_page;
+
+static bool walreceiver_exit_registered = false;
+
 ssize_t
 ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t offset)
 {
@@ -530,10 +661,15 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 
 	if (!tracking() || len == 0)
 		return pwrite(fd, buf, len, offset);
+	if (receiving() && !walreceiver_exit_registered)
+	{
+		before_shmem_exit(walreceiver_exit, 0);
+		walreceiver_exit_registered = true;
+	}
 	XLogSegNoOffsetToRecPtr(w->segno, offset, wal_segment_size, start);
 	follow_timeline(w->tli, start);
 
-	if (!copy_allowed(w, start, len, &why) || !reserve(w, start, start + len))
+	if (!copy_allowed(w, start, len, &why) || !reserve(fd, w, start, start + len, offset))
 	{
 		if (why != NULL)
 		{
@@ -583,8 +719,11 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 		src = write_snapshot.data;
 	}
 	ring_copy_in(start, src, len);
+	/* a walreceiver's write may end inside a page: zeroes after it */
+	if (!RING_POSITION_VALID(start + len))
+		ring_copy_in(start + len, zero_page.data, RING_PAGE_END(start + len) - (start + len));
 	PMWAL_PAUSE_POINT("write_before_drain");
-	if (!ring_drain(start, start + len))
+	if (!ring_drain(start, RING_PAGE_END(start + len)))
 		ereport(PANIC,
 				(errcode_for_file_access(),
 				 errmsg("could not persist pmwal ring \"%s\": %m", pmwal_ring->path)));
@@ -718,21 +857,58 @@ ring_on_checkpointer_sync(void)
 }
 
 /*
+ * pg_control as the postmaster found it at the start (after the restore):
+ * what a write of it in recovery is compared with.
+ */
+void
+ring_note_control(const ControlFileData *control)
+{
+	pmwal_shared->control_checkpoint = control->checkPoint;
+	pmwal_shared->control_state = control->state;
+}
+
+/*
+ * Is this write of pg_control ("control") one that moves only
+ * minRecoveryPoint (or a base backup's end) in recovery: the same
+ * checkpoint, still in archive recovery?  Such a write needs no sync of
+ * pg_wal (see the file header).  Remembers what it names.
+ */
+static bool
+control_write_in_recovery_only(const ControlFileData *control)
+{
+	bool		same;
+
+	RING_LOCK();
+	same = control->state == DB_IN_ARCHIVE_RECOVERY &&
+		pmwal_shared->control_state == DB_IN_ARCHIVE_RECOVERY &&
+		control->checkPoint == pmwal_shared->control_checkpoint;
+	pmwal_shared->control_checkpoint = control->checkPoint;
+	pmwal_shared->control_state = control->state;
+	RING_UNLOCK();
+	return same;
+}
+
+/*
  * pg_control is about to be written ("buf": the ControlFileData written, if
  * known): sync everything written so far for real and give up the ring's
- * WAL (see the file header).  At the shutdown checkpoint's last write, the
- * ring is retired: emptied, unanchored and marked empty; nothing is
- * written after it.
+ * WAL (see the file header).  At the shutdown checkpoint's (or shutdown
+ * restartpoint's) last write, the ring is retired: emptied, unanchored and
+ * marked empty; nothing is written after it.
  */
 void
 ring_on_control_write(const void *buf, size_t len)
 {
+	const ControlFileData *control = NULL;
 	bool		shutdown;
 
 	if (pmwal_ring == NULL || pmwal_shared == NULL || MyProc == NULL)
 		return;
-	shutdown = buf != NULL && len >= sizeof(ControlFileData) &&
-		((const ControlFileData *) buf)->state == DB_SHUTDOWNED;
+	if (buf != NULL && len >= sizeof(ControlFileData))
+		control = (const ControlFileData *) buf;
+	if (control != NULL && control_write_in_recovery_only(control))
+		return;
+	shutdown = control != NULL &&
+		(control->state == DB_SHUTDOWNED || control->state == DB_SHUTDOWNED_IN_RECOVERY);
 	if (!anchored() &&
 		pg_atomic_read_u64(&pmwal_shared->written_end) <=
 		pg_atomic_read_u64(&pmwal_shared->durable_lsn))
@@ -745,7 +921,32 @@ ring_on_control_write(const void *buf, size_t len)
 				(errmsg("pmwal synced pg_wal at the shutdown checkpoint; the ring is empty")));
 	}
 	else
+	{
 		ring_make_durable();
+		/* a restartpoint at WAL the walreceiver has not written again yet */
+		if (control != NULL && control->state == DB_IN_ARCHIVE_RECOVERY &&
+			ring_begins_before(RING_PAGE(control->checkPoint)))
+			retire_ring("a restartpoint names WAL before the ring's beginning", false);
+	}
 	pmwal_count(CTR_CONTROL_SYNCS, 1);
 	PMWAL_PAUSE_POINT("control_after_sync");
+}
+
+/* Does the anchored ring hold WAL before "lsn"? */
+static bool
+ring_begins_before(XLogRecPtr lsn)
+{
+	bool		before;
+
+	RING_LOCK();
+	before = anchored() && pmwal_ring->hdr->tail.v < lsn;
+	RING_UNLOCK();
+	return before;
+}
+
+/* Are WAL syncs answered from the ring right now? */
+bool
+ring_anchored(void)
+{
+	return pmwal_shared != NULL && anchored();
 }
