@@ -1113,7 +1113,8 @@ sub lsn_num
 # copy), fail_ok (a failing query does not die: returns the result, undef
 # if the copy does not start or the query fails, and the error output --
 # a data page ahead of the copy's WAL makes any process that writes it out
-# fail: "xlog flush request ... is not satisfied").
+# fail: "xlog flush request ... is not satisfied"), promote (a standby's
+# copy starts as a primary: its signal files removed).
 my $without_ring_count = 0;
 sub without_ring_query
 {
@@ -1125,6 +1126,8 @@ sub without_ring_query
 	# as if it had never had a ring: without its binding, which would make
 	# the copy refuse to start without the ring it is bound to
 	unlink $copy->data_dir . '/pg_wal/pmwal.binding';
+	# a standby's copy, promoted: crash recovery, then a primary
+	unlink map { $copy->data_dir . "/$_" } qw(standby.signal recovery.signal) if $opts{promote};
 	$copy->append_conf('postgresql.conf',
 		"port = " . $copy->port . "\npmwal.path = ''\nrestart_after_crash = off\n"
 		  . "archive_mode = off\n" . ($opts{conf} // ''));

@@ -1,0 +1,245 @@
+# The standby's ring (issue 29): a synchronous standby running pmwal answers
+# its walreceiver's WAL syncs from a ring of its own, so a commit at
+# synchronous_commit = on waits for the standby's ring, not its disk.
+#
+# Each case: a pmwal primary whose every commit waits for one synchronous
+# standby, committing load on the primary, the standby held at a moment,
+# then the standby's power cut (every process SIGKILLed, its pg_wal cut to
+# what was synced, its ring to what was drained), the primary lost (stopped
+# at once, never used again), the standby started (its ring restored) and
+# promoted: every commit the primary acknowledged is on it.
+#
+#  after_publish   the walreceiver held inside its sync, the ring's head
+#                  published, its flush not yet reported to the primary
+#  before_publish  the same, its WAL copied and written, the head not yet
+#                  published
+#  restartpoint    the checkpointer held at a restartpoint's pg_control
+#                  write, before and after its real sync of pg_wal, while
+#                  the walreceiver goes on through the ring
+#  both            the walreceiver held after publishing, and the power cut
+#                  of both nodes at once; both restarted (each ring
+#                  restored), the standby streams on, and every
+#                  acknowledged commit is on both
+#  stock           the control: the same standby without pmwal, its
+#                  walreceiver held by gdb inside its fdatasync
+#
+# The standby runs with shared_buffers = 1MB: the startup process evicts
+# pages all the time, and each eviction moves minRecoveryPoint in
+# pg_control.  Those writes sync nothing (control_syncs does not grow), and
+# the cut comes with pg_control naming a minRecoveryPoint beyond what
+# pg_wal holds durably: the restore puts it back.  Negative control: the
+# standby's data directory promoted without its ring lacks acknowledged
+# commits (or cannot even reach its minRecoveryPoint).
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PmwalTest;
+use PmwalTest::Hold;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $STANDBY_CONF = QUIET_WAL . "shared_buffers = 1MB\npmwal.flush_interval = 60s\nhot_standby = on\n";
+
+# A pmwal primary and its synchronous standby (pmwal on a ring of its own,
+# or stock), streaming, with table t.
+sub pair
+{
+	my ($case, %opts) = @_;
+	my $primary = pmwal_node("${case}_primary", size => '64MB', init => { allows_streaming => 1 },
+		conf => QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\n");
+	$primary->{ring_cut} = 'durable';
+	$opts{cut_primary} ? powercut_start($primary) : $primary->start;
+	$primary->safe_psql('postgres', 'CREATE EXTENSION pmwal; CREATE TABLE t (id bigint PRIMARY KEY)');
+	$primary->backup('b');
+	my $standby;
+	if ($opts{stock})
+	{
+		$standby = stock_standby($primary, "${case}_standby", 'b', conf => $STANDBY_CONF);
+	}
+	else
+	{
+		$standby = pmwal_standby($primary, "${case}_standby", 'b', size => '64MB',
+			conf => $STANDBY_CONF);
+		$standby->{ring_cut} = 'durable';
+	}
+	powercut_start($standby);
+	$primary->safe_psql('postgres',
+		qq{ALTER SYSTEM SET synchronous_standby_names = '"${case}_standby"'; SELECT pg_reload_conf()});
+	$primary->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'})
+	  or die "$case: the standby is not synchronous";
+	return ($primary, $standby);
+}
+
+sub status_of
+{
+	my ($node) = @_;
+	return pmwal_status($node);
+}
+
+# Load on the primary until the standby shows $rows of it.
+sub load_until
+{
+	my ($case, $primary, $standby, $rows) = @_;
+	my $load = acked_load_start($primary, tag => $case, clients => 4);
+	$standby->poll_query_until('postgres', "SELECT count(*) >= $rows FROM t")
+	  or die "$case: the standby does not follow: ${ $load->{err} }";
+	return $load;
+}
+
+# The primary is lost: stopped at once (the clients waiting for the
+# standby hear nothing), the load counted.
+sub lose_primary
+{
+	my ($primary, $load) = @_;
+	$primary->stop('immediate');
+	acked_load_finish($load);
+	return;
+}
+
+# After the standby's cut: the negative control, then the standby started,
+# promoted, and checked.
+sub promote_and_check
+{
+	my ($case, $standby, $load, %opts) = @_;
+	if (!$opts{stock})
+	{
+		my ($missing, $err) = without_ring_query($standby, acked_missing_sql($load),
+			promote => 1, fail_ok => 1);
+		ok(!defined $missing || $missing > 0,
+			"$case: negative control: the standby without its ring "
+			  . (defined $missing ? "lacks $missing of $load->{total} acknowledged commits"
+				: "cannot start ($err)"));
+		note("$case: without the ring: " . ($err // '')) unless defined $missing;
+	}
+	forget_pauses($standby);
+	my $offset = -s $standby->logfile;
+	$standby->start;
+	like(slurp_file($standby->logfile, $offset), qr/pmwal restored WAL/,
+		"$case: the standby's ring was restored")
+	  unless $opts{stock};
+	$standby->promote;
+	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die "$case: the standby does not leave recovery";
+	my ($n, $missing, $extra) = acked_check($standby, $load);
+	cmp_ok($n, '>', 500, "$case: $n commits were acknowledged");
+	acked_verdict($standby, $case, $load, $n, $missing, $extra);
+	$standby->stop;
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# the walreceiver held inside its sync, after and before the head's move
+# ---------------------------------------------------------------------------
+for my $point ('sync_after_publish', 'sync_before_publish')
+{
+	my $case = $point eq 'sync_after_publish' ? 'after_publish' : 'before_publish';
+	my ($primary, $standby) = pair($case);
+	my $load = load_until($case, $primary, $standby, 2000);
+
+	my $st = status_of($standby);
+	is($st->{accelerated}, 'true', "$case: the standby's walreceiver syncs through the ring");
+	is($st->{commit_path}, 'standby: received WAL synced through the ring',
+		"$case: the standby's commit_path says so");
+	cmp_ok($st->{ring_syncs}, '>', 100, "$case: its syncs were answered from the ring ($st->{ring_syncs})");
+	my $mrp = $standby->safe_psql('postgres', 'SELECT min_recovery_end_lsn FROM pg_control_recovery()');
+	my $offset = -s $standby->logfile;
+	arm_all($standby, $point);
+	my $pid = pause_wait($standby, $point, $offset);
+	note("$case: walreceiver $pid held at $point");
+	$st = status_of($standby);
+	my $mrp2 = $standby->safe_psql('postgres', 'SELECT min_recovery_end_lsn FROM pg_control_recovery()');
+	cmp_ok(lsn_num($mrp2), '>', lsn_num($mrp), "$case: minRecoveryPoint moved ($mrp to $mrp2)");
+	is($st->{control_syncs}, 0, "$case: no write of pg_control synced pg_wal (minRecoveryPoint only)");
+	cmp_ok(lsn_num($mrp2), '>', lsn_num($st->{durable_lsn}),
+		"$case: pg_control names a minRecoveryPoint ($mrp2) beyond what pg_wal holds durably ($st->{durable_lsn})");
+
+	my $cut = powercut($standby);
+	note("$case: $cut->{summary}");
+	lose_primary($primary, $load);
+	promote_and_check($case, $standby, $load);
+}
+
+# ---------------------------------------------------------------------------
+# a restartpoint's pg_control write held before and after its real sync
+# ---------------------------------------------------------------------------
+for my $point ('control_before_sync', 'control_after_sync')
+{
+	my $case = "restartpoint_$point";
+	my ($primary, $standby) = pair($case);
+	my $load = load_until($case, $primary, $standby, 2000);
+	$primary->safe_psql('postgres', 'CHECKPOINT');
+	$standby->poll_query_until('postgres',
+		'SELECT pg_last_wal_replay_lsn() >= ' . $primary->safe_psql('postgres', "SELECT quote_literal(pg_current_wal_lsn())") . '::pg_lsn')
+	  or die "$case: the standby does not replay the checkpoint";
+	my $offset = -s $standby->logfile;
+	arm_all($standby, $point);
+	my $ckpt = bg_psql($standby, 'CHECKPOINT');
+	my $pid = pause_wait($standby, $point, $offset);
+	note("$case: process $pid held at $point");
+	# the walreceiver goes on through the ring meanwhile
+	my $before = status_of($standby)->{ring_syncs};
+	$standby->poll_query_until('postgres', "SELECT ring_syncs > $before + 50 FROM pmwal_status")
+	  or die "$case: the walreceiver does not go on";
+	my $cut = powercut($standby);
+	note("$case: $cut->{summary}");
+	bg_psql_finish($ckpt);
+	lose_primary($primary, $load);
+	promote_and_check($case, $standby, $load);
+}
+
+# ---------------------------------------------------------------------------
+# both nodes cut at once, the walreceiver held after publishing
+# ---------------------------------------------------------------------------
+{
+	my $case = 'both';
+	my ($primary, $standby) = pair($case, cut_primary => 1);
+	my $load = load_until($case, $primary, $standby, 2000);
+	my $offset = -s $standby->logfile;
+	arm_all($standby, 'sync_after_publish');
+	pause_wait($standby, 'sync_after_publish', $offset);
+	powercut_kill($standby);
+	powercut_kill($primary);
+	note("$case: standby: " . powercut_cut($standby)->{summary});
+	note("$case: primary: " . powercut_cut($primary)->{summary});
+	acked_load_finish($load);
+	forget_pauses($standby);
+	$primary->start;
+	$standby->start;
+	$primary->wait_for_catchup($standby);
+	for my $node ($primary, $standby)
+	{
+		my ($n, $missing, $extra) = acked_check($node, $load);
+		cmp_ok($n, '>', 500, "$case: $n commits were acknowledged");
+		is($missing, 0, "$case: all acknowledged commits are on the " . ($node == $primary ? 'primary' : 'standby'));
+	}
+	is($standby->safe_psql('postgres', 'SELECT count(*) FROM t'),
+		$primary->safe_psql('postgres', 'SELECT count(*) FROM t'),
+		"$case: the standby holds what the primary holds");
+	$standby->stop;
+	$primary->stop;
+}
+
+# ---------------------------------------------------------------------------
+# the stock control: the standby without pmwal, its walreceiver held by gdb
+# inside its fdatasync
+# ---------------------------------------------------------------------------
+{
+	my $case = 'stock';
+	my ($primary, $standby) = pair($case, stock => 1);
+	my $load = load_until($case, $primary, $standby, 2000);
+	my $wr = $standby->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walreceiver'});
+	my $gdb = gdb_break($wr, 'fdatasync', leave_stopped => 1);
+	ok(gdb_wait_hit($gdb, 60), "$case: the walreceiver is held inside its fdatasync");
+	$gdb->{h}->finish;
+	my $cut = powercut($standby);
+	note("$case: $cut->{summary}");
+	lose_primary($primary, $load);
+	promote_and_check($case, $standby, $load, stock => 1);
+}
+
+done_testing();
