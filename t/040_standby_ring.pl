@@ -108,13 +108,16 @@ sub promote_and_check
 	my ($case, $standby, $load, %opts) = @_;
 	if (!$opts{stock})
 	{
-		my ($missing, $err) = without_ring_query($standby, acked_missing_sql($load),
+		# by a sequential scan: the index may point at heap pages whose WAL
+		# only the ring held
+		my ($missing, $err) = without_ring_query($standby,
+			"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;\n"
+			  . acked_missing_sql($load),
 			promote => 1, fail_ok => 1);
 		ok(!defined $missing || $missing > 0,
 			"$case: negative control: the standby without its ring "
 			  . (defined $missing ? "lacks $missing of $load->{total} acknowledged commits"
-				: "cannot start ($err)"));
-		note("$case: without the ring: " . ($err // '')) unless defined $missing;
+				: "fails ($err)"));
 	}
 	forget_pauses($standby);
 	my $offset = -s $standby->logfile;
