@@ -824,7 +824,8 @@ ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
 
 /*
  * The checkpointer synced a file that is not WAL: its sync phase, just
- * before it writes pg_control.  That write syncs pg_wal for real
+ * before it writes pg_control (a checkpoint's, or on a standby a
+ * restartpoint's).  That write syncs pg_wal for real
  * (ring_on_control_write), and PostgreSQL makes it under ControlFileLock,
  * for which a WAL writer installing a new segment waits while it holds
  * WALWriteLock -- so every commit waits for that sync.  Syncing pg_wal
@@ -846,7 +847,7 @@ ring_on_checkpointer_sync(void)
 	 * under the lock too.
 	 */
 	if (CheckpointStats.ckpt_sync_t == 0 || CheckpointStats.ckpt_sync_end_t != 0 ||
-		!tracking() || !anchored() ||
+		pmwal_ring == NULL || pmwal_shared == NULL || !anchored() ||
 		LWLockHeldByMe(WALWriteLock) || LWLockHeldByMe(ControlFileLock) ||
 		pg_atomic_read_u64(&pmwal_shared->written_end) <
 		pg_atomic_read_u64(&pmwal_shared->durable_lsn) + CHECKPOINTER_PRESYNC_MIN)
