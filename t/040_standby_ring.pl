@@ -214,7 +214,10 @@ for my $point ('control_before_sync', 'control_after_sync')
 	acked_load_finish($load);
 	forget_pauses($standby);
 	$primary->start;
+	my $offset = -s $standby->logfile;
 	$standby->start;
+	like(slurp_file($standby->logfile, $offset), qr/pmwal restored WAL/,
+		"$case: the standby's ring was restored");
 	$primary->wait_for_catchup($standby);
 	for my $node ($primary, $standby)
 	{
