@@ -57,11 +57,13 @@
  * the checkpoint pg_control names (a restartpoint's), never while a
  * backup_label says the data directory is still being restored from a base
  * backup, and never over WAL the walreceiver writes again after a
- * reconnect (that is in pg_wal already); it may begin inside a page, whose
- * beginning is then read from the segment, synced.  When the walreceiver
- * exits, it retires the ring: the startup process, which writes WAL only
- * at a promotion's end and may rename or remove the old timeline's
- * segments there, never finds WAL of its own that only the ring holds.
+ * reconnect (that is in pg_wal already), nor before the page where the
+ * timeline it streams began (it streams a new timeline from the beginning
+ * of that segment); it may begin inside a page, whose beginning is then
+ * read from the segment, synced.  When the walreceiver exits, it syncs what
+ * it wrote for real and retires the ring: the startup process, which
+ * writes WAL only at a promotion's end and may rename or remove the old
+ * timeline's segments there, never finds WAL unsynced or only in the ring.
  * Everything else in recovery writes and syncs as in stock PostgreSQL; on
  * a primary, the ring, emptied by the restore, is anchored at the first
  * write after recovery.
@@ -101,6 +103,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "access/timeline.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "catalog/pg_control.h"
@@ -437,6 +440,42 @@ anchor(TimeLineID tli, XLogRecPtr start)
 }
 
 /*
+ * Where the timeline the walreceiver writes began (its history file, which
+ * the walreceiver fetched before it streams that timeline): the walreceiver
+ * streams a new timeline from the beginning of the segment in which it
+ * began, the old timeline's WAL first.  The ring holds one timeline from
+ * the page where it began (restore_timeline.c): the bytes before are
+ * written through, synced by PostgreSQL.  Kept per timeline in the
+ * walreceiver.
+ */
+static TimeLineID received_tli = 0;
+static XLogRecPtr received_tli_begin = InvalidXLogRecPtr;
+
+static void
+note_received_timeline(TimeLineID tli)
+{
+	List	   *history;
+	ListCell   *cell;
+
+	if (tli == received_tli)
+		return;
+	received_tli_begin = InvalidXLogRecPtr;
+	if (tli > 1)
+	{
+		history = readTimeLineHistory(tli);
+		foreach(cell, history)
+		{
+			TimeLineHistoryEntry *entry = (TimeLineHistoryEntry *) lfirst(cell);
+
+			if (entry->tli == tli)
+				received_tli_begin = entry->begin;
+		}
+		list_free_deep(history);
+	}
+	received_tli = tli;
+}
+
+/*
  * May the walreceiver's write [start, end) anchor the unanchored ring (see
  * the file header)?  With ring_lock held.
  */
@@ -449,6 +488,8 @@ may_anchor_received(XLogRecPtr start, XLogRecPtr end)
 		return false;			/* written again after a reconnect */
 	if (RING_PAGE(start) < RING_PAGE(pmwal_shared->control_checkpoint))
 		return false;			/* before the restartpoint's page */
+	if (RING_PAGE(start) < RING_PAGE(received_tli_begin))
+		return false;			/* the old timeline's WAL, on the new one */
 	if (stat(BACKUP_LABEL_FILE, &st) == 0)
 		return false;			/* the base backup's WAL is not ours yet */
 	return true;
@@ -620,7 +661,13 @@ walreceiver_exit(int code, Datum arg)
 {
 	LWLockReleaseAll();
 	if (!anchored())
+	{
+		/* what it wrote to pg_wal only, which the startup process may rename */
+		SYNC_LOCK();
+		pmwal_sync_range(pg_atomic_read_u64(&pmwal_shared->written_end));
+		SYNC_UNLOCK();
 		return;
+	}
 	retire_ring("the walreceiver stopped", false);
 	ereport(LOG,
 			(errmsg("pmwal synced the WAL the walreceiver received for real; the ring is empty until it streams again")));
@@ -661,10 +708,14 @@ ring_on_wal_pwrite(int fd, const WalFd *w, const void *buf, size_t len, off_t of
 
 	if (!tracking() || len == 0)
 		return pwrite(fd, buf, len, offset);
-	if (receiving() && !walreceiver_exit_registered)
+	if (receiving())
 	{
-		before_shmem_exit(walreceiver_exit, 0);
-		walreceiver_exit_registered = true;
+		if (!walreceiver_exit_registered)
+		{
+			before_shmem_exit(walreceiver_exit, 0);
+			walreceiver_exit_registered = true;
+		}
+		note_received_timeline(w->tli);
 	}
 	XLogSegNoOffsetToRecPtr(w->segno, offset, wal_segment_size, start);
 	follow_timeline(w->tli, start);
