@@ -113,8 +113,18 @@ for my $c (@cases)
 	}
 	else
 	{
+		# what the failed promotion left: started again by hand
 		$standby->stop('immediate') if system('pg_ctl', 'status', '-s', '-D', $standby->data_dir) == 0;
 		$standby->{_pid} = undef;
+		my ($up, $again) = try_start($standby);
+		note("$case: started again after the failed promotion: " . ($up ? 'up' : 'refused') . '; '
+			  . join(' | ', $again =~ /((?:PANIC|FATAL|DETAIL):  .*)/g));
+		if ($up)
+		{
+			note("$case: in recovery: " . $standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()')
+				  . ', rows: ' . $standby->safe_psql('postgres', 'SELECT count(*) FROM t'));
+			$standby->stop;
+		}
 	}
 }
 
