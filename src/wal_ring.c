@@ -106,6 +106,7 @@
 #include "access/timeline.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "access/xlogrecovery.h"
 #include "catalog/pg_control.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -484,8 +485,10 @@ may_anchor_received(XLogRecPtr start, XLogRecPtr end)
 {
 	struct stat st;
 
-	if (end <= pg_atomic_read_u64(&pmwal_shared->written_end))
-		return false;			/* written again after a reconnect */
+	if (end <= pg_atomic_read_u64(&pmwal_shared->written_end) ||
+		end <= GetXLogReplayRecPtr(NULL))
+		return false;			/* written again after a reconnect or a
+								 * restart: pg_wal has it */
 	if (RING_PAGE(start) < RING_PAGE(pmwal_shared->control_checkpoint))
 		return false;			/* before the restartpoint's page */
 	if (RING_PAGE(start) < RING_PAGE(received_tli_begin))
