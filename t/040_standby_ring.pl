@@ -37,6 +37,7 @@ use lib $FindBin::RealBin;
 
 use PmwalTest;
 use PmwalTest::Hold;
+use PmwalTest::SyncRep;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -68,11 +69,7 @@ sub pair
 		$standby->{ring_cut} = 'durable';
 	}
 	powercut_start($standby);
-	$primary->safe_psql('postgres',
-		qq{ALTER SYSTEM SET synchronous_standby_names = '"${case}_standby"'; SELECT pg_reload_conf()});
-	$primary->poll_query_until('postgres',
-		q{SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'})
-	  or die "$case: the standby is not synchronous";
+	make_sync_standby($primary, "${case}_standby");
 	return ($primary, $standby);
 }
 
@@ -107,19 +104,7 @@ sub lose_primary
 sub promote_and_check
 {
 	my ($case, $standby, $load, %opts) = @_;
-	if (!$opts{stock})
-	{
-		# by a sequential scan: the index may point at heap pages whose WAL
-		# only the ring held
-		my ($missing, $err) = without_ring_query($standby,
-			"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;\n"
-			  . acked_missing_sql($load),
-			promote => 1, fail_ok => 1);
-		ok(!defined $missing || $missing > 0,
-			"$case: negative control: the standby without its ring "
-			  . (defined $missing ? "lacks $missing of $load->{total} acknowledged commits"
-				: "fails ($err)"));
-	}
+	standby_without_ring($case, $standby, $load) unless $opts{stock};
 	forget_pauses($standby);
 	my $offset = -s $standby->logfile;
 	$standby->start;

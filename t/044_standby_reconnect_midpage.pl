@@ -19,6 +19,7 @@ use lib $FindBin::RealBin;
 
 use PmwalTest;
 use PmwalTest::Hold;
+use PmwalTest::SyncRep;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -35,11 +36,7 @@ $primary->backup('b');
 my $standby = pmwal_standby($primary, "${case}_standby", 'b', size => '64MB', conf => $CONF);
 $standby->{ring_cut} = 'durable';
 powercut_start($standby);
-$primary->safe_psql('postgres',
-	qq{ALTER SYSTEM SET synchronous_standby_names = '"${case}_standby"'; SELECT pg_reload_conf()});
-$primary->poll_query_until('postgres',
-	q{SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'})
-  or die 'the standby is not synchronous';
+make_sync_standby($primary, "${case}_standby");
 
 # WAL through the ring, ending inside a page; then the primary is idle
 $primary->safe_psql('postgres', 'INSERT INTO t SELECT -g FROM generate_series(1, 3000) g');
@@ -78,11 +75,7 @@ note($cut->{summary});
 $primary->stop('immediate');
 acked_load_finish($load);
 
-my ($missing, $err) = without_ring_query($standby, acked_missing_sql($load), promote => 1, fail_ok => 1);
-ok(!defined $missing || $missing > 0,
-	'negative control: the standby without its ring '
-	  . (defined $missing ? "lacks $missing of $load->{total} acknowledged commits"
-		: "cannot start ($err)"));
+standby_without_ring($case, $standby, $load);
 
 forget_pauses($standby);
 my ($up, $startlog) = try_start($standby);

@@ -19,7 +19,38 @@ use PmwalTest;
 our @EXPORT = qw(client_session wait_syncrep_wait wait_sync_standbys
   syncrep_primary sync_standbys
   sync_pair pair_load_start pair_wait_rows pair_cut pair_restart_and_check
-  copy_broken);
+  copy_broken make_sync_standby standby_without_ring);
+
+# Make $primary's every commit wait for its standby named $name, and wait
+# until that standby streams as its synchronous standby.
+sub make_sync_standby
+{
+	my ($primary, $name) = @_;
+	$primary->safe_psql('postgres',
+		qq{ALTER SYSTEM SET synchronous_standby_names = '"$name"'; SELECT pg_reload_conf()});
+	$primary->poll_query_until('postgres',
+		q{SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'})
+	  or die "$name is not the synchronous standby";
+	return;
+}
+
+# The negative control of a standby's power cut: its data directory promoted
+# without its ring must lack commits of $load (acked_load_finish done) --
+# counted by a sequential scan, as the index may point at heap pages whose
+# WAL only the ring held -- or fail to start.
+sub standby_without_ring
+{
+	my ($tag, $standby, $load) = @_;
+	my ($missing, $err) = without_ring_query($standby,
+		"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;\n"
+		  . acked_missing_sql($load),
+		promote => 1, fail_ok => 1);
+	ok(!defined $missing || $missing > 0,
+		"$tag: negative control: the standby without its ring "
+		  . (defined $missing ? "lacks $missing of $load->{total} acknowledged commits"
+			: "fails ($err)"));
+	return;
+}
 
 # An interactive session (PmwalTest's psql_session) that sees what a client
 # sees: command tags (COMMIT), WARNINGs, and errors that do not end it; its
