@@ -36,14 +36,33 @@
 # from run to run.  -U leaves them unpinned.  machine.txt and the summary's
 # first line say which.
 #
-# With -S, a stock streaming standby on the same machine (port+1) is the
-# synchronous standby (synchronous_standby_names), and A, B and F commit at
-# synchronous_commit = LEVEL (-l: on, remote_write or remote_apply): A is
-# stock synchronous replication, B the same with pmwal answering the
-# primary's local WAL syncs, F the same with fsync = off on the primary only
-# (the standby keeps fsync = on): the ceiling for the primary's local sync,
-# with the wait for the standby unchanged.  C is synchronous_commit = off
-# (no wait at all, not even for the standby).
+# With -S, a streaming standby on the same machine (port+1) is the
+# synchronous standby (synchronous_standby_names).  It loads pmwal too, on a
+# ring of its own (/dev/shm/pmwal_bench_<uid>_<port+1>.ring, 64MB), whose
+# pmwal.enabled is switched per cell like the primary's (ALTER SYSTEM and a
+# reload on the standby).  The configurations are then A B D R C, no F:
+#   A  stock synchronous replication: synchronous_commit = LEVEL (-l: on,
+#      remote_write or remote_apply), pmwal.enabled = off on both nodes
+#   B  pmwal on the primary only (LEVEL): the standby's walreceiver
+#      fdatasyncs its WAL as in stock PostgreSQL
+#   D  pmwal on both nodes (LEVEL): the standby's ring answers the
+#      walreceiver's WAL syncs
+#   R  pmwal on the primary only at synchronous_commit = remote_write (the
+#      standby writes, does not flush, before the primary acknowledges):
+#      whatever -l says, the most D can reach while keeping `on`'s meaning
+#   C  synchronous_commit = off, pmwal off on both (no wait at all, not even
+#      for the standby)
+# Before each cell the standby's setting is checked in a new session (SHOW,
+# and pmwal_status.reason, which must say pmwal.enabled is off exactly when
+# it is); its accelerated column becomes true only once the walreceiver
+# wrote after the switch, so it is checked after the cell instead, from
+# the standby's counters: in D its ring must have answered syncs
+# (ring_syncs grew), in every other configuration none.  The standby's real
+# WAL fsyncs per cell are its pass_syncs (PostgreSQL's syncs the ring did
+# not answer: the walreceiver's fdatasyncs) plus pmwal's own real syncs
+# (segments_synced + dir_syncs); appended to results.csv as
+# standby_wal_syncs, standby_ring_syncs, standby_pass_syncs,
+# standby_pmwal_syncs.  The standby is never pinned to a CPU.
 #
 # Run as an unprivileged user with pmwal installed:
 #   bench/compare.sh [-d seconds] [-r rounds] [-c "1 4 16"] [-w "insert tpcb"]
@@ -100,10 +119,12 @@ log="$out/server.log"
 export PGHOST="$out" PGPORT="$port" PGDATABASE=postgres
 
 sdata="$out/standby"
+sport=$((port + 1))
+sring="/dev/shm/pmwal_bench_$(id -u)_$sport.ring"
 cleanup() {
 	pg_ctl -D "$data" -m fast stop >/dev/null 2>&1 || true
 	pg_ctl -D "$sdata" -m fast stop >/dev/null 2>&1 || true
-	rm -rf "$data" "$sdata" "$ring"
+	rm -rf "$data" "$sdata" "$ring" "$sring"
 }
 trap cleanup EXIT
 
@@ -115,18 +136,20 @@ log_checkpoints = on
 max_connections = 50"
 psql -qX -c "CREATE EXTENSION pmwal" -c "CREATE TABLE bench_insert (id bigint, payload text)"
 if [ "$standby" = yes ]; then
-	echo "== a stock synchronous standby in $sdata (port $((port + 1)))"
-	rm -rf "$sdata"
+	echo "== a synchronous standby in $sdata (port $sport), pmwal on a ring of its own ($sring)"
+	rm -rf "$sdata" "$sring"
 	pg_basebackup -D "$sdata" -R -X stream -c fast >/dev/null
+	# the backup's postgresql.conf names the primary's port and ring
 	cat >> "$sdata/postgresql.conf" <<CONF
-port = $((port + 1))
-shared_preload_libraries = ''
-pmwal.path = ''
+port = $sport
+shared_preload_libraries = 'pmwal'
+pmwal.path = '$sring'
+pmwal.size = 64MB
 CONF
 	# -R wrote primary_conninfo into postgresql.auto.conf, which overrides
 	# postgresql.conf: the standby's name goes there, after it
 	echo "primary_conninfo = 'host=$out port=$port application_name=standby'" >> "$sdata/postgresql.auto.conf"
-	pg_ctl -D "$sdata" -l "$out/standby.log" -w start >/dev/null
+	PMEM_IS_PMEM_FORCE=1 pg_ctl -D "$sdata" -l "$out/standby.log" -w start >/dev/null
 	psql -qX -c "ALTER SYSTEM SET synchronous_standby_names = 'standby'" -c "SELECT pg_reload_conf()" >/dev/null
 	sync_state=
 	for _ in $(seq 1 300); do
@@ -151,7 +174,8 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 	echo "server: $(postgres --version)"
 	echo "pg_wal file system: $(df -T "$data/pg_wal" | awk 'NR==2 {print $2" on "$1}')"
 	echo "settings: shared_buffers=1GB max_wal_size=8GB checkpoint_timeout=$checkpoint_timeout wal_sync_method=fdatasync pmwal.size=64MB autovacuum=off (VACUUM before each TPC-B cell)"
-	[ "$standby" = yes ] && echo "synchronous replication: a stock standby on this machine (fsync = on); A, B and F at synchronous_commit = $level (F with fsync = off on the primary), C at off"
+	[ "$standby" = yes ] && echo "synchronous replication: a standby on this machine (port $sport, fsync = on, unpinned) with pmwal loaded on a ring of its own (pmwal.size=64MB, /dev/shm), pmwal.enabled on only in D; A, B and D at synchronous_commit = $level, R at remote_write, C at off; no F"
+	[ "$standby" = yes ] && echo "synchronous_commit level (-l): $level"
 	echo "duration per cell: ${duration}s, rounds: $rounds, clients: $clients, pgbench scale: $scale"
 	if [ "$pin_single" = yes ]; then
 		echo "1-client cells: server on CPU 1, pgbench on CPU 0; other cells unpinned"
@@ -165,13 +189,16 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 cat "$out/machine.txt"
 
 configure() {
-	local sc en fs want_acc got=
+	local sc en fs sen=off want_acc got=
 	case $1 in
 		A) sc=$level; en=off; fs=on ;;
 		B) sc=$level; en=on; fs=on ;;
 		C) sc=off; en=off; fs=on ;;
 		F) sc=$level; en=off; fs=off ;;
+		D) sc=$level; en=on; fs=on; sen=on ;;
+		R) sc=remote_write; en=on; fs=on ;;
 	esac
+	[ "$standby" = yes ] && configure_standby "$1" "$sen"
 	want_acc=$([ "$en" = on ] && echo t || echo f)
 	psql -qX -c "ALTER SYSTEM SET synchronous_commit = $sc" -c "ALTER SYSTEM SET fsync = $fs" \
 		-c "ALTER SYSTEM SET pmwal.enabled = $en" -c "SELECT pg_reload_conf()" >/dev/null
@@ -185,6 +212,35 @@ configure() {
 	done
 	echo "configuration $1 did not take effect: synchronous_commit, fsync, pmwal.enabled, accelerated are '$got', not '$sc $fs $en $want_acc'" >&2
 	exit 1
+}
+
+# The standby's pmwal.enabled: a reload there, then SHOW in a new session,
+# and pmwal_status.reason, which names pmwal.enabled exactly when the
+# flusher carried "off" to the standby's processes.  Anything else pmwal
+# reports there (standing aside, not interposed) fails the run.
+# accelerated is not waited for: in recovery it becomes true only once the
+# walreceiver wrote after the switch (checked after the cell, from the
+# counters).
+configure_standby() {
+	local sen=$2 got=
+	psql -qX -p "$sport" -c "ALTER SYSTEM SET pmwal.enabled = $sen" -c "SELECT pg_reload_conf()" >/dev/null
+	for _ in $(seq 1 100); do
+		got=$(psql -qAtX -p "$sport" -F '|' -c "SELECT current_setting('pmwal.enabled'), coalesce(reason, '') FROM pmwal_status")
+		case $sen in
+			on) case $got in "on|" | "on|the server is in recovery, and no walreceiver streams WAL into the ring now"*) return ;; esac ;;
+			off) [ "$got" = "off|pmwal.enabled is off" ] && return ;;
+		esac
+		sleep 0.1
+	done
+	echo "configuration $1: the standby's pmwal.enabled did not become $sen: pmwal.enabled and pmwal_status.reason on the standby are '$got'" >&2
+	grep -i pmwal "$out/standby.log" | tail -20 >&2
+	exit 1
+}
+
+# The standby's counters: syncs its ring answered, PostgreSQL's syncs it did
+# not answer (the walreceiver's real fdatasyncs), pmwal's own real syncs
+standby_syncs() {
+	psql -qAtX -p "$sport" -F ' ' -c "SELECT ring_syncs, pass_syncs, segments_synced + dir_syncs FROM pmwal_status"
 }
 
 # Put the server's processes (and the backends it forks from now on) on
@@ -225,11 +281,17 @@ pmwal_syncs() {
 	psql -qAtX -F ' ' -c "SELECT ring_syncs, segments_synced + dir_syncs FROM pmwal_status"
 }
 
-echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs,ring_syncs,lat_p999_ms,lat_max_ms,checkpoints,cpu_us_per_tx" > "$out/results.csv"
+# columns are only ever appended (bench/summarize.sh reads older files)
+echo "round,workload,clients,config,tps,lat_avg_ms,lat_p99_ms,wal_syncs,wal_writes,pg_wal_syncs,pmwal_syncs,ring_syncs,lat_p999_ms,lat_max_ms,checkpoints,cpu_us_per_tx,standby_wal_syncs,standby_ring_syncs,standby_pass_syncs,standby_pmwal_syncs" > "$out/results.csv"
+if [ "$standby" = yes ]; then
+	configs="A B D R C"
+else
+	configs="A B C F"
+fi
 for r in $(seq 1 "$rounds"); do
 	for w in $workloads; do
 		for c in $clients; do
-			for cfg in A B C F; do
+			for cfg in $configs; do
 				configure $cfg
 				if [ "$w" = insert ]; then
 					psql -qX -c "TRUNCATE bench_insert"
@@ -246,6 +308,7 @@ for r in $(seq 1 "$rounds"); do
 				ckpt_before=$(psql -qAtX -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter" 2>/dev/null ||
 					psql -qAtX -c "SELECT num_timed + num_requested FROM pg_stat_checkpointer")
 				read -r ring_before pm_before < <(pmwal_syncs)
+				[ "$standby" = yes ] && read -r sring_before spass_before spm_before < <(standby_syncs)
 				rm -rf "$out/txlog" && mkdir "$out/txlog"
 				threads=$(( c < 2 ? 1 : 2 ))
 				pin=$(pin_for "$c")
@@ -264,24 +327,46 @@ for r in $(seq 1 "$rounds"); do
 						{v[NR]=$1} END {printf "%.3f %.3f %.3f\n", q(0.99), q(0.999), v[NR] / 1000}')
 				read -r pgsyncs writes < <(psql -qAtX -F ' ' -c "$wal_io_query")
 				read -r ring_after pm_after < <(pmwal_syncs)
+				sb_cols=",,,,"
+				sb_note=
+				if [ "$standby" = yes ]; then
+					read -r sring_after spass_after spm_after < <(standby_syncs)
+					sringsyncs=$(( sring_after - sring_before ))
+					spass=$(( spass_after - spass_before ))
+					spm=$(( spm_after - spm_before ))
+					sb_cols=",$(( spass + spm )),$sringsyncs,$spass,$spm"
+					sb_note="  standby wal fsyncs $(( spass + spm )) ring syncs $sringsyncs"
+				fi
 				ckpt_after=$(psql -qAtX -c "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter" 2>/dev/null ||
 					psql -qAtX -c "SELECT num_timed + num_requested FROM pg_stat_checkpointer")
 				pmsyncs=$(( pm_after - pm_before ))
 				ringsyncs=$(( ring_after - ring_before ))
 				# real fsyncs: PostgreSQL's calls the ring did not answer, and pmwal's own
 				syncs=$(( pgsyncs - ringsyncs + pmsyncs ))
-				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs,$ringsyncs,$p999,$max,$((ckpt_after - ckpt_before)),$cpu_us" >> "$out/results.csv"
-				printf "round %s %-6s clients %-3s %s: tps %9.1f  avg %6.3f ms  p99 %7.3f ms  p99.9 %7.3f ms  max %8.3f ms  wal fsyncs %s  checkpoints %s  cpu %s us/tx\n" \
-					"$r" "$w" "$c" "$cfg" "$tps" "$lat" "$p99" "$p999" "$max" "$syncs" "$((ckpt_after - ckpt_before))" "${cpu_us:--}"
+				echo "$r,$w,$c,$cfg,$tps,$lat,$p99,$syncs,$writes,$pgsyncs,$pmsyncs,$ringsyncs,$p999,$max,$((ckpt_after - ckpt_before)),$cpu_us$sb_cols" >> "$out/results.csv"
+				printf "round %s %-6s clients %-3s %s: tps %9.1f  avg %6.3f ms  p99 %7.3f ms  p99.9 %7.3f ms  max %8.3f ms  wal fsyncs %s  checkpoints %s  cpu %s us/tx%s\n" \
+					"$r" "$w" "$c" "$cfg" "$tps" "$lat" "$p99" "$p999" "$max" "$syncs" "$((ckpt_after - ckpt_before))" "${cpu_us:--}" "$sb_note"
+				# the standby's ring answered the walreceiver's syncs in D,
+				# and only in D (the row above is kept, for the record)
+				if [ "$standby" = yes ]; then
+					if [ "$cfg" = D ] && [ "$sringsyncs" -le 0 ]; then
+						echo "configuration D: the standby's ring answered no WAL sync during the cell (standby ring_syncs +$sringsyncs, pass_syncs +$spass, its own real syncs +$spm); pmwal_status on the standby:" >&2
+						psql -qX -p "$sport" -c "SELECT accelerated, reason, state, ring_writes, ring_syncs, pass_writes, pass_syncs FROM pmwal_status" >&2
+						grep -i pmwal "$out/standby.log" | tail -20 >&2
+						exit 1
+					fi
+					if [ "$cfg" != D ] && [ "$sringsyncs" -ne 0 ]; then
+						echo "configuration $cfg: the standby's ring answered $sringsyncs WAL syncs with pmwal.enabled = off there" >&2
+						grep -i pmwal "$out/standby.log" | tail -20 >&2
+						exit 1
+					fi
+				fi
 			done
 		done
 	done
 done
 rm -rf "$out/txlog"
 
-if [ "$standby" = yes ]; then
-	LEGEND="A = stock synchronous replication (synchronous_commit=$level, a standby on this machine), B = the same with pmwal (emulated ring), C = synchronous_commit=off (no wait, not even for the standby), F = A with fsync=off on the primary only (a free local sync, the standby's wait unchanged: B's ceiling; unsafe)." \
-		"$here/summarize.sh" "$out"
-else
-	"$here/summarize.sh" "$out"
-fi
+# with -S, summarize.sh writes the legend of A B D R C itself (the level
+# from machine.txt)
+"$here/summarize.sh" "$out"
