@@ -16,6 +16,11 @@
 # no F columns; no cpu_us_per_tx: no CPU column) or shown as "-".  Whether
 # 1-client cells were pinned is read from DIR/machine.txt, where there is one.
 set -eu
+
+# A Markdown table's rows (after its two header lines) by workload, then clients.
+sort_rows() {
+	awk 'NR <= 2 {print; fflush(); next} {print | "sort -t\"|\" -k2,2 -k3,3n"}'
+}
 dir=$1
 csv="$dir/results.csv"
 have_f=$(awk -F, 'NR > 1 && $4 == "F" {found = 1} END {print found + 0}' "$csv")
@@ -114,7 +119,7 @@ other_tables() {
 			}
 			print line
 		}
-	}' "$dir/medians.csv" | awk 'NR <= 2 {print; fflush(); next} {print | "sort -t\"|\" -k2,2 -k3,3n"}'
+	}' "$dir/medians.csv" | sort_rows
 	# the latency tail, where the run recorded it (p99.9, max; older runs did not)
 	if awk -F, 'NR > 1 && $13 != "" {found = 1} END {exit !found}' "$csv"; then
 		echo
@@ -147,7 +152,7 @@ other_tables() {
 						num("%.3f", mx[key, "A"]), num("%.3f", mx[key, "B"]), num("%.3f", mx[key, "C"]),
 						num("%d", ck[key, "A"]), num("%d", ck[key, "B"]), num("%d", ck[key, "C"])
 			}
-		}' "$dir/medians.csv" | awk 'NR <= 2 {print; fflush(); next} {print | "sort -t\"|\" -k2,2 -k3,3n"}'
+		}' "$dir/medians.csv" | sort_rows
 	fi
 }
 
@@ -186,7 +191,7 @@ standby_tables() {
 			}
 			print line
 		}
-	}' "$dir/medians.csv" | awk 'NR <= 2 {print; fflush(); next} {print | "sort -t\"|\" -k2,2 -k3,3n"}'
+	}' "$dir/medians.csv" | sort_rows
 	echo
 	echo "Real WAL fsyncs per cell (medians), primary / standby. The primary's: PostgreSQL's sync calls less those its ring answered, plus pmwal's own. The standby's: its walreceiver's syncs that no ring answered (pmwal_status.pass_syncs), plus pmwal's own real syncs there (segments_synced + dir_syncs). Ring-served on the standby: the walreceiver's syncs its ring answered in D (ring_syncs; 0 in every other configuration, which compare.sh checks)."
 	echo
@@ -207,7 +212,7 @@ standby_tables() {
 				line = line sprintf(" %s / %s |", num("%d", syn[key, cf[i]]), num("%d", ssyn[key, cf[i]]))
 			print line sprintf(" %s |", num("%d", sring[key, "D"]))
 		}
-	}' "$dir/medians.csv" | awk 'NR <= 2 {print; fflush(); next} {print | "sort -t\"|\" -k2,2 -k3,3n"}'
+	}' "$dir/medians.csv" | sort_rows
 	echo
 	echo "Latency tail (medians over rounds; checkpoints: timed or requested ones that fell inside the cell)."
 	echo
@@ -228,7 +233,7 @@ standby_tables() {
 				num("%.3f", mx[key, "C"]),
 				num("%d", ck[key, "A"]), num("%d", ck[key, "B"]), num("%d", ck[key, "D"]), num("%d", ck[key, "R"]), num("%d", ck[key, "C"])
 		}
-	}' "$dir/medians.csv" | awk 'NR <= 2 {print; fflush(); next} {print | "sort -t\"|\" -k2,2 -k3,3n"}'
+	}' "$dir/medians.csv" | sort_rows
 }
 
 {
