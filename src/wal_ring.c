@@ -477,6 +477,17 @@ note_received_timeline(TimeLineID tli)
 }
 
 /*
+ * Was anything written since the last real sync of pg_wal?  An unanchored
+ * ring is anchored only after that is synced too.
+ */
+static bool
+written_since_sync(XLogRecPtr durable, XLogRecPtr written)
+{
+	return durable < written ||
+		pg_atomic_read_u64(&pmwal_shared->writes_done) != pmwal_shared->synced_writes;
+}
+
+/*
  * May the walreceiver's write [start, end) anchor the unanchored ring (see
  * the file header)?  With ring_lock held.
  */
@@ -574,8 +585,7 @@ reserve(int fd, const WalFd *w, XLogRecPtr start, XLogRecPtr end, off_t offset)
 				RING_UNLOCK();
 				return false;
 			}
-			if (durable < written ||
-				pg_atomic_read_u64(&pmwal_shared->writes_done) != pmwal_shared->synced_writes)
+			if (written_since_sync(durable, written))
 				need_sync = true;	/* what was written meanwhile, first */
 			else
 			{
@@ -599,8 +609,7 @@ reserve(int fd, const WalFd *w, XLogRecPtr start, XLogRecPtr end, off_t offset)
 		}
 		else if (!anchored())
 		{
-			if (durable < written ||
-				pg_atomic_read_u64(&pmwal_shared->writes_done) != pmwal_shared->synced_writes)
+			if (written_since_sync(durable, written))
 				need_sync = true;	/* what was written meanwhile, first */
 			else
 			{
