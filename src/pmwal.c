@@ -163,7 +163,7 @@ _PG_init(void)
 
 	DefineCustomIntVariable("pmwal.flush_interval",
 							"Longest time the flusher leaves WAL in the ring without syncing it to pg_wal.",
-							"The flusher also syncs whenever a segment is complete or the ring is half full.",
+							"The flusher also syncs whenever a segment is complete or the ring is a quarter full.",
 							&pmwal_flush_interval,
 							1000, 10, 60000,
 							PGC_SIGHUP,

@@ -199,7 +199,7 @@ for my $point ('control_before_sync', 'control_after_sync')
 	acked_load_finish($load);
 	forget_pauses($standby);
 	$primary->start;
-	my $offset = -s $standby->logfile;
+	$offset = -s $standby->logfile;
 	$standby->start;
 	like(slurp_file($standby->logfile, $offset), qr/pmwal restored WAL/,
 		"$case: the standby's ring was restored");
