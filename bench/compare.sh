@@ -64,10 +64,18 @@
 # standby_wal_syncs, standby_ring_syncs, standby_pass_syncs,
 # standby_pmwal_syncs.  The standby is never pinned to a CPU.
 #
+# -W USEC (with -S) puts the standby's pg_wal on a slow disk: a directory
+# mounted through bench/slowdisk.c (FUSE, built here; Debian's fuse3 and
+# libfuse3-dev), whose every fsync/fdatasync takes at least USEC
+# microseconds -- a cloud volume's flush latency (0.5-2 ms) where this
+# machine's local disk takes ~0.1 ms.  Writes still land in the page
+# cache; only syncs wait.  machine.txt gives pg_test_fsync on both pg_wal
+# file systems.
+#
 # Run as an unprivileged user with pmwal installed:
 #   bench/compare.sh [-d seconds] [-r rounds] [-c "1 4 16"] [-w "insert tpcb"]
 #                    [-s scale] [-o outdir] [-p port] [-U] [-S [-l level]]
-#                    [-k checkpoint_timeout]
+#                    [-k checkpoint_timeout] [-W flush_us]
 #
 # -k (say 30s, with -d 90) makes timed checkpoints fall inside every cell,
 # to see what they do to the latency tail (p99.9 and max are reported
@@ -84,9 +92,10 @@ pin_single=yes
 standby=no
 level=on
 checkpoint_timeout=30min
+slow_flush_us=
 here=$(cd "$(dirname "$0")" && pwd)
 out="$here/results/$(date +%Y%m%d-%H%M%S)"
-while getopts "d:r:c:w:s:o:p:USl:k:" opt; do
+while getopts "d:r:c:w:s:o:p:USl:k:W:" opt; do
 	case $opt in
 		d) duration=$OPTARG ;;
 		r) rounds=$OPTARG ;;
@@ -99,11 +108,16 @@ while getopts "d:r:c:w:s:o:p:USl:k:" opt; do
 		S) standby=yes ;;
 		l) level=$OPTARG ;;
 		k) checkpoint_timeout=$OPTARG ;;
+		W) slow_flush_us=$OPTARG ;;
 		*) sed -n '2,/^set -eu$/p' "$0" | sed '$d'; exit 2 ;;
 	esac
 done
 # one CPU: nothing to pin apart
 [ "$(nproc)" -ge 2 ] || pin_single=no
+if [ -n "$slow_flush_us" ] && [ "$standby" != yes ]; then
+	echo "-W (the standby's pg_wal on a slow disk) needs -S" >&2
+	exit 2
+fi
 if [ "$(id -u)" = 0 ]; then
 	echo "run bench/compare.sh as an unprivileged user (PostgreSQL refuses root)" >&2
 	exit 1
@@ -121,9 +135,14 @@ export PGHOST="$out" PGPORT="$port" PGDATABASE=postgres
 sdata="$out/standby"
 sport=$((port + 1))
 sring="/dev/shm/pmwal_bench_$(id -u)_$sport.ring"
+slowdisk="$out/slowdisk"
 cleanup() {
 	pg_ctl -D "$data" -m fast stop >/dev/null 2>&1 || true
 	pg_ctl -D "$sdata" -m fast stop >/dev/null 2>&1 || true
+	if [ -n "$slow_flush_us" ]; then
+		fusermount3 -u "$slowdisk/mnt" 2>/dev/null || true
+		rm -rf "$slowdisk"
+	fi
 	rm -rf "$data" "$sdata" "$ring" "$sring"
 }
 trap cleanup EXIT
@@ -138,7 +157,17 @@ psql -qX -c "CREATE EXTENSION pmwal" -c "CREATE TABLE bench_insert (id bigint, p
 if [ "$standby" = yes ]; then
 	echo "== a synchronous standby in $sdata (port $sport), pmwal on a ring of its own ($sring)"
 	rm -rf "$sdata" "$sring"
-	pg_basebackup -D "$sdata" -R -X stream -c fast >/dev/null
+	waldir=()
+	if [ -n "$slow_flush_us" ]; then
+		echo "== the standby's pg_wal on a slow disk: every sync takes at least $slow_flush_us us ($slowdisk/mnt, bench/slowdisk.c)"
+		mkdir -p "$slowdisk/backing" "$slowdisk/mnt"
+		cc -O2 -Wall -Wextra -Wno-unused-parameter $(pkg-config fuse3 --cflags) \
+			-o "$slowdisk/slowdisk" "$here/slowdisk.c" $(pkg-config fuse3 --libs)
+		"$slowdisk/slowdisk" "$slowdisk/backing" "$slow_flush_us" "$slowdisk/mnt" \
+			-o default_permissions,fsname=pmwal-slowdisk
+		waldir=(--waldir="$slowdisk/mnt/pg_wal")
+	fi
+	pg_basebackup -D "$sdata" "${waldir[@]}" -R -X stream -c fast >/dev/null
 	# the backup's postgresql.conf names the primary's port and ring
 	cat >> "$sdata/postgresql.conf" <<CONF
 port = $sport
@@ -185,6 +214,11 @@ echo "INSERT INTO bench_insert VALUES (:client_id, 'single-row insert from pgben
 	echo "pg_test_fsync on the pg_wal file system (one 8kB write + fdatasync):"
 	pg_test_fsync -s 2 -f "$data/pg_test_fsync.tmp" 2>/dev/null | grep -E "^\s+fdatasync" | head -1
 	rm -f "$data/pg_test_fsync.tmp"
+	if [ -n "$slow_flush_us" ]; then
+		echo "the standby's pg_wal on a slow disk (-W $slow_flush_us: bench/slowdisk.c, FUSE); pg_test_fsync there:"
+		pg_test_fsync -s 2 -f "$sdata/pg_wal/pg_test_fsync.tmp" 2>/dev/null | grep -E "^\s+fdatasync" | head -1
+		rm -f "$sdata/pg_wal/pg_test_fsync.tmp"
+	fi
 } > "$out/machine.txt"
 cat "$out/machine.txt"
 

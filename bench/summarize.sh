@@ -29,6 +29,11 @@ have_cpu=$(awk -F, 'NR > 1 && $16 != "" {found = 1} END {print found + 0}' "$csv
 have_d=$(awk -F, 'NR > 1 && $4 == "D" {found = 1} END {print found + 0}' "$csv")
 level=
 [ -f "$dir/machine.txt" ] && level=$(sed -n 's/^synchronous_commit level (-l): //p' "$dir/machine.txt")
+# where the standby's WAL was: compare.sh -W puts it on a slow disk
+standby_wal="its WAL on the same disk"
+if [ -f "$dir/machine.txt" ] && grep -q "^the standby's pg_wal on a slow disk" "$dir/machine.txt"; then
+	standby_wal="its pg_wal on a slow disk: every sync takes at least $(sed -n "s/^the standby's pg_wal on a slow disk (-W \([0-9]*\).*/\1/p" "$dir/machine.txt") µs, bench/slowdisk.c"
+fi
 level=${level:-LEVEL}
 if [ ! -f "$dir/machine.txt" ]; then
 	pinning="Pinning of 1-client cells not recorded (no machine.txt)."
@@ -158,7 +163,7 @@ other_tables() {
 
 # the tables of compare.sh -S with pmwal on the standby too: A B D R C
 standby_tables() {
-	echo "${LEGEND:-A = stock synchronous replication: synchronous_commit=$level, pmwal.enabled=off on the primary and on the standby (a streaming standby on this machine, its WAL on the same disk). B = pmwal on the primary only, synchronous_commit=$level: the standby's walreceiver fdatasyncs its WAL as in stock PostgreSQL. D = pmwal on both nodes, synchronous_commit=$level: the standby's ring (its own, emulated in /dev/shm) answers the walreceiver's WAL syncs. R = pmwal on the primary only at synchronous_commit=remote_write (the standby has written the WAL, not flushed it, when the primary acknowledges): the most D can reach while keeping on's meaning. C = synchronous_commit=off, pmwal off on both (no wait at all, not even for the standby). A, B, D and R run at fsync=on on both nodes.}"
+	echo "${LEGEND:-A = stock synchronous replication: synchronous_commit=$level, pmwal.enabled=off on the primary and on the standby (a streaming standby on this machine, $standby_wal). B = pmwal on the primary only, synchronous_commit=$level: the standby's walreceiver fdatasyncs its WAL as in stock PostgreSQL. D = pmwal on both nodes, synchronous_commit=$level: the standby's ring (its own, emulated in /dev/shm) answers the walreceiver's WAL syncs. R = pmwal on the primary only at synchronous_commit=remote_write (the standby has written the WAL, not flushed it, when the primary acknowledges): the most D can reach while keeping on's meaning. C = synchronous_commit=off, pmwal off on both (no wait at all, not even for the standby). A, B, D and R run at fsync=on on both nodes.}"
 	[ "$have_cpu" = 1 ] && echo "CPU: whole-machine CPU time (user+nice+system+irq+softirq) per transaction, µs (both nodes and pgbench share the machine)."
 	echo
 	# medians.csv: workload,clients,config,tps,avg,p99,fsyncs,rounds,p99.9,max,checkpoints,cpu,sfsyncs,sring
