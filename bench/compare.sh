@@ -146,6 +146,7 @@ cleanup() {
 	rm -rf "$data" "$sdata" "$ring" "$sring"
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM
 
 echo "== setting up a server in $data (ring $ring)"
 . "$here/server.sh"
