@@ -55,18 +55,8 @@ sub promote_and_check
 {
 	my ($case, $standby, $load, %opts) = @_;
 	standby_without_ring($case, $standby, $load) unless $opts{stock};
-	forget_pauses($standby);
-	my $offset = -s $standby->logfile;
-	$standby->start;
-	like(slurp_file($standby->logfile, $offset), qr/pmwal restored WAL/,
-		"$case: the standby's ring was restored")
-	  unless $opts{stock};
-	$standby->promote;
-	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die "$case: the standby does not leave recovery";
-	my ($n, $missing, $extra) = acked_check($standby, $load);
-	cmp_ok($n, '>', 500, "$case: $n commits were acknowledged");
-	acked_verdict($standby, $case, $load, $n, $missing, $extra);
+	standby_restart($case, $standby, %opts);
+	promote_and_verdict($case, $standby, $load);
 	$standby->stop;
 	return;
 }
@@ -175,11 +165,7 @@ for my $point ('control_before_sync', 'control_after_sync')
 	my $case = 'stock';
 	my ($primary, $standby) = standby_pair($case, stock => 1);
 	my $load = standby_load_until($case, $primary, $standby, 2000);
-	my $wr = $standby->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walreceiver'});
-	my $gdb = gdb_break($wr, 'fdatasync', leave_stopped => 1);
-	ok(gdb_wait_hit($gdb, 60), "$case: the walreceiver is held inside its fdatasync");
-	$gdb->{h}->finish;
+	gdb_hold_walreceiver($standby, $case);
 	my $cut = powercut($standby);
 	note("$case: $cut->{summary}");
 	lose_primary($primary, $load);

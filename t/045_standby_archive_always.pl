@@ -140,10 +140,7 @@ sub scenario
 
 	if ($opts{stock})
 	{
-		my $wr = proc_of($standby, 'walreceiver');
-		my $gdb = gdb_break($wr, 'fdatasync', leave_stopped => 1);
-		ok(gdb_wait_hit($gdb, 60), "$case: the walreceiver is held inside its fdatasync");
-		$gdb->{h}->finish;
+		gdb_hold_walreceiver($standby, $case);
 	}
 	else
 	{
@@ -189,12 +186,8 @@ sub scenario
 		standby_without_ring($case, $standby, $load);
 	}
 
-	forget_pauses($standby);
 	$primary->start if $opts{both};
-	my $offset = -s $standby->logfile;
-	$standby->start;
-	like(slurp_file($standby->logfile, $offset), qr/pmwal restored WAL/, "$case: the standby's ring was restored")
-	  unless $opts{stock};
+	standby_restart($case, $standby, stock => $opts{stock});
 	if ($opts{both})
 	{
 		# the standby streams on, and archives what it completes
@@ -204,12 +197,7 @@ sub scenario
 		is($missing, 0, "$case: all $n acknowledged commits are on the primary");
 		$primary->stop('immediate');
 	}
-	$standby->promote;
-	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die "$case: the standby does not leave recovery";
-	my ($n, $missing, $extra) = acked_check($standby, $load);
-	cmp_ok($n, '>', 500, "$case: $n commits were acknowledged");
-	acked_verdict($standby, $case, $load, $n, $missing, $extra);
+	promote_and_verdict($case, $standby, $load);
 
 	# everything archived: the last segment switched, nothing pending
 	my $last = $standby->safe_psql('postgres',
@@ -258,7 +246,7 @@ restore_command = 'cp "$archive/%f" "%p"'
 	  or die "$case: the recovery from the archive does not end";
 	like(slurp_file($pitr->logfile), qr/restored log file "\Q$last\E" from archive/,
 		"$case: the recovery from the archive replayed up to $last");
-	($n, $missing) = acked_check($pitr, $load);
+	my ($n, $missing) = acked_check($pitr, $load);
 	is($missing, 0, "$case: recovery from the backup and the standby's archive has all $n acknowledged commits");
 	is($pitr->safe_psql('postgres', 'SELECT count(*) FROM t'), $rows,
 		"$case: and exactly the promoted standby's $rows rows");

@@ -15,12 +15,14 @@ use Test::More;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use PmwalTest;
+use PmwalTest::Hold qw(forget_pauses);
 
 our @EXPORT = qw(client_session wait_syncrep_wait wait_sync_standbys
   syncrep_primary sync_standbys
   sync_pair pair_load_start pair_wait_rows pair_cut pair_restart_and_check
   copy_broken make_sync_standby standby_without_ring
-  STANDBY_CONF standby_pair standby_load_until lose_primary);
+  STANDBY_CONF standby_pair standby_load_until lose_primary standby_restart
+  promote_and_verdict);
 
 # Make $primary's every commit wait for its standby named $name, and wait
 # until that standby streams as its synchronous standby.
@@ -292,6 +294,36 @@ sub pair_restart_and_check
 	is((acked_missing($standby, $load))[1], 0, "$tag: and on the standby");
 	is(join(',', history_files($primary)), '', "$tag: no new timeline");
 	return 1;
+}
+
+# After a standby's power cut: start it again, the pause points forgotten,
+# its ring restored (unless $opts{stock}).
+sub standby_restart
+{
+	my ($case, $standby, %opts) = @_;
+	forget_pauses($standby);
+	my $offset = -s $standby->logfile;
+	$standby->start;
+	like(slurp_file($standby->logfile, $offset), qr/pmwal restored WAL/,
+		"$case: the standby's ring was restored")
+	  unless $opts{stock};
+	return;
+}
+
+# Promote the standby: every commit of $load (acked_load_finish done) is
+# on it (acked_verdict), and more than $opts{min} (500) were acknowledged.
+# Returns how many.
+sub promote_and_verdict
+{
+	my ($case, $standby, $load, %opts) = @_;
+	my $min = $opts{min} // 500;
+	$standby->promote;
+	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die "$case: the standby does not leave recovery";
+	my ($n, $missing, $extra) = acked_check($standby, $load);
+	cmp_ok($n, '>', $min, "$case: $n commits were acknowledged");
+	acked_verdict($standby, $case, $load, $n, $missing, $extra);
+	return $n;
 }
 
 1;
