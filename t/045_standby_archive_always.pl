@@ -20,6 +20,15 @@
 #                 at its first wakeup after a segment completed); the
 #                 standby's power cut, the primary lost; the standby
 #                 restored and promoted
+#  behind         the same, the archive down throughout the load (the
+#                 archive_command fails): the completed segments, only in
+#                 the ring, wait with .ready; the archive back after the
+#                 restart.  (The power-cut harness does not see a .ready
+#                 created: PostgreSQL creates it with fopen, whose open is
+#                 glibc's own call.  A real power cut can lose one created
+#                 after the last sync of archive_status, stock or not;
+#                 PostgreSQL then archives that segment only when a
+#                 checkpoint finds it without a status file.)
 #  both           the same hold, then the power cut of both nodes at once;
 #                 both restarted (each ring restored), the standby streams
 #                 and archives on, then the primary is lost and the
@@ -73,12 +82,13 @@ sub segno_of_name
 
 # An archive_command that never overwrites: a file of the same name is
 # accepted only with the same bytes (logged "again"), else the command
-# fails and logs the name in $dir/../conflicts; each archived file is
-# logged in archived.
+# fails and logs the name in $dir.conflicts; each archived file is logged
+# in $dir.archived.  While $dir.closed exists it fails (an archive that is
+# down).
 sub archive_command
 {
 	my ($dir) = @_;
-	return qq{f="$dir/%f"; if test -f "\$f"; then if cmp -s "%p" "\$f"; then echo "%f again" >> "$dir.archived"; }
+	return qq{test ! -f "$dir.closed" || exit 1; f="$dir/%f"; if test -f "\$f"; then if cmp -s "%p" "\$f"; then echo "%f again" >> "$dir.archived"; }
 	  . qq{else echo "%f" >> "$dir.conflicts"; exit 1; fi; }
 	  . qq{else cp "%p" "\$f.tmp" && mv "\$f.tmp" "\$f" && echo "%f" >> "$dir.archived"; fi};
 }
@@ -133,10 +143,19 @@ sub scenario
 	# completed, at any wakeup (the reload that arms a pause point is one),
 	# and the archive would then take only what pg_wal holds durably anyway
 	stop_server_process($standby, 'flusher') unless $opts{stock};
+	PostgreSQL::Test::Utils::append_to_file("$archive.closed", '') if $opts{behind};
 	my $load = standby_load_until($case, $primary, $standby, 2000, big => 10, big_rows => 100);
 	my $deadline = time + 120;
-	sleep 1 while archived($archive) < 4 && time < $deadline;
-	cmp_ok(scalar archived($archive), '>=', 4, "$case: the standby archives the segments it completes under the load");
+	if ($opts{behind})
+	{
+		sleep 1 while pending($standby) < 4 && time < $deadline;
+		cmp_ok(scalar pending($standby), '>=', 4, "$case: segments the standby completed wait for the archive (.ready)");
+	}
+	else
+	{
+		sleep 1 while archived($archive) < 4 && time < $deadline;
+		cmp_ok(scalar archived($archive), '>=', 4, "$case: the standby archives the segments it completes under the load");
+	}
 
 	if ($opts{stock})
 	{
@@ -171,23 +190,30 @@ sub scenario
 		lose_primary($primary, $load);
 	}
 	note("$case: standby: $cut->{summary}");
-	my @undone = grep { $cut->{undone_range}{$_} } @before;
+	my @undone = grep { $cut->{undone_range}{$_} } @before, @ready;
 	note("$case: at the cut " . scalar(@before) . ' segments were archived, ' . scalar(@ready)
 		  . ' waited (.ready: ' . join(' ', @ready) . '); the cut undid writes in pg_wal of '
-		  . scalar(@undone) . ' archived ones (' . join(' ', @undone) . ')');
+		  . scalar(@undone) . ' of them (' . join(' ', @undone) . ')');
 	if ($opts{stock})
 	{
 		is(scalar @undone, 0, "$case: the stock standby archived only segments it had synced");
 	}
 	else
 	{
-		cmp_ok(scalar @undone, '>', 0,
-			"$case: the archive took segments that only the ring held durably (" . scalar(@undone) . ')');
+		cmp_ok(scalar @undone, '>', 0, "$case: the archive took (or was to take) segments that only the ring held durably ("
+			  . scalar(@undone) . ')');
 		standby_without_ring($case, $standby, $load);
 	}
 
 	$primary->start if $opts{both};
 	standby_restart($case, $standby, stock => $opts{stock});
+	if ($opts{behind})
+	{
+		my %now = map { $_ => 1 } pending($standby);
+		my @lost = grep { !$now{$_} } @ready;
+		is(join(' ', @lost), '', "$case: after the restart the " . scalar(@ready) . ' segments still wait for the archive');
+		unlink "$archive.closed";
+	}
 	if ($opts{both})
 	{
 		# the standby streams on, and archives what it completes
@@ -256,6 +282,7 @@ restore_command = 'cp "$archive/%f" "%p"'
 }
 
 scenario('after_publish');
+scenario('behind', behind => 1);
 scenario('both', both => 1);
 scenario('stock', stock => 1);
 
