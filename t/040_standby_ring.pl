@@ -43,60 +43,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes;
 
-my $STANDBY_CONF = QUIET_WAL . "shared_buffers = 1MB\npmwal.flush_interval = 60s\nhot_standby = on\n";
-
-# A pmwal primary and its synchronous standby (pmwal on a ring of its own,
-# or stock), streaming, with table t.
-sub pair
-{
-	my ($case, %opts) = @_;
-	my $primary = pmwal_node("${case}_primary", size => '64MB', init => { allows_streaming => 1 },
-		conf => QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\n");
-	$primary->{ring_cut} = 'durable';
-	$opts{cut_primary} ? powercut_start($primary) : $primary->start;
-	$primary->safe_psql('postgres',
-		'CREATE EXTENSION pmwal; CREATE EXTENSION amcheck; CREATE TABLE t (id bigint PRIMARY KEY)');
-	$primary->backup('b');
-	my $standby;
-	if ($opts{stock})
-	{
-		$standby = stock_standby($primary, "${case}_standby", 'b', conf => $STANDBY_CONF);
-	}
-	else
-	{
-		$standby = pmwal_standby($primary, "${case}_standby", 'b', size => '64MB',
-			conf => $STANDBY_CONF);
-		$standby->{ring_cut} = 'durable';
-	}
-	powercut_start($standby);
-	make_sync_standby($primary, "${case}_standby");
-	return ($primary, $standby);
-}
-
 sub status_of
 {
 	my ($node) = @_;
 	return pmwal_status($node);
-}
-
-# Load on the primary until the standby shows $rows of it.
-sub load_until
-{
-	my ($case, $primary, $standby, $rows) = @_;
-	my $load = acked_load_start($primary, tag => $case, clients => 4);
-	$standby->poll_query_until('postgres', "SELECT count(*) >= $rows FROM t")
-	  or die "$case: the standby does not follow: ${ $load->{err} }";
-	return $load;
-}
-
-# The primary is lost: stopped at once (the clients waiting for the
-# standby hear nothing), the load counted.
-sub lose_primary
-{
-	my ($primary, $load) = @_;
-	$primary->stop('immediate');
-	acked_load_finish($load);
-	return;
 }
 
 # After the standby's cut: the negative control, then the standby started,
@@ -105,18 +55,8 @@ sub promote_and_check
 {
 	my ($case, $standby, $load, %opts) = @_;
 	standby_without_ring($case, $standby, $load) unless $opts{stock};
-	forget_pauses($standby);
-	my $offset = -s $standby->logfile;
-	$standby->start;
-	like(slurp_file($standby->logfile, $offset), qr/pmwal restored WAL/,
-		"$case: the standby's ring was restored")
-	  unless $opts{stock};
-	$standby->promote;
-	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die "$case: the standby does not leave recovery";
-	my ($n, $missing, $extra) = acked_check($standby, $load);
-	cmp_ok($n, '>', 500, "$case: $n commits were acknowledged");
-	acked_verdict($standby, $case, $load, $n, $missing, $extra);
+	standby_restart($case, $standby, %opts);
+	promote_and_verdict($case, $standby, $load);
 	$standby->stop;
 	return;
 }
@@ -127,9 +67,9 @@ sub promote_and_check
 for my $point ('sync_after_publish', 'sync_before_publish')
 {
 	my $case = $point eq 'sync_after_publish' ? 'after_publish' : 'before_publish';
-	my ($primary, $standby) = pair($case);
+	my ($primary, $standby) = standby_pair($case);
 	my $mrp = $standby->safe_psql('postgres', 'SELECT min_recovery_end_lsn FROM pg_control_recovery()');
-	my $load = load_until($case, $primary, $standby, 2000);
+	my $load = standby_load_until($case, $primary, $standby, 2000);
 
 	my $st = status_of($standby);
 	is($st->{accelerated}, 'true', "$case: the standby's walreceiver syncs through the ring");
@@ -159,8 +99,8 @@ for my $point ('sync_after_publish', 'sync_before_publish')
 for my $point ('control_before_sync', 'control_after_sync')
 {
 	my $case = "restartpoint_$point";
-	my ($primary, $standby) = pair($case);
-	my $load = load_until($case, $primary, $standby, 2000);
+	my ($primary, $standby) = standby_pair($case);
+	my $load = standby_load_until($case, $primary, $standby, 2000);
 	$primary->safe_psql('postgres', 'CHECKPOINT');
 	$standby->poll_query_until('postgres',
 		'SELECT pg_last_wal_replay_lsn() >= ' . $primary->safe_psql('postgres', "SELECT quote_literal(pg_current_wal_lsn())") . '::pg_lsn')
@@ -187,8 +127,8 @@ for my $point ('control_before_sync', 'control_after_sync')
 # ---------------------------------------------------------------------------
 {
 	my $case = 'both';
-	my ($primary, $standby) = pair($case, cut_primary => 1);
-	my $load = load_until($case, $primary, $standby, 2000);
+	my ($primary, $standby) = standby_pair($case, cut_primary => 1);
+	my $load = standby_load_until($case, $primary, $standby, 2000);
 	my $offset = -s $standby->logfile;
 	arm_all($standby, 'sync_after_publish');
 	pause_wait($standby, 'sync_after_publish', $offset);
@@ -223,13 +163,9 @@ for my $point ('control_before_sync', 'control_after_sync')
 # ---------------------------------------------------------------------------
 {
 	my $case = 'stock';
-	my ($primary, $standby) = pair($case, stock => 1);
-	my $load = load_until($case, $primary, $standby, 2000);
-	my $wr = $standby->safe_psql('postgres',
-		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walreceiver'});
-	my $gdb = gdb_break($wr, 'fdatasync', leave_stopped => 1);
-	ok(gdb_wait_hit($gdb, 60), "$case: the walreceiver is held inside its fdatasync");
-	$gdb->{h}->finish;
+	my ($primary, $standby) = standby_pair($case, stock => 1);
+	my $load = standby_load_until($case, $primary, $standby, 2000);
+	gdb_hold_walreceiver($standby, $case);
 	my $cut = powercut($standby);
 	note("$case: $cut->{summary}");
 	lose_primary($primary, $load);

@@ -83,14 +83,9 @@ ok($up, 'the standby starts after its power cut')
   or diag(join("\n", $startlog =~ /((?:PANIC|FATAL|DETAIL):  .*)/g));
 SKIP:
 {
-	skip 'the standby did not start', 5 unless $up;
+	skip 'the standby did not start', 6 unless $up;
 	like($startlog, qr/pmwal restored WAL/, "the standby's ring was restored");
-	$standby->promote;
-	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die 'the standby does not leave recovery';
-	my ($n, $miss, $extra) = acked_check($standby, $load);
-	cmp_ok($n, '>', 50, "$n commits were acknowledged");
-	acked_verdict($standby, $case, $load, $n, $miss, $extra);
+	promote_and_verdict($case, $standby, $load, min => 50);
 	is($standby->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id < 0'), '3000',
 		'the rows written before the reconnect are there');
 	$standby->stop;

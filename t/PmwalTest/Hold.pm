@@ -22,6 +22,7 @@ use PmwalTest;
 use PmwalTest::OldBuild qw(hold_point);
 
 our @EXPORT = qw(hold_at hold_commit quiesce hold_commit_or_stock cut_held gdb_hold_commit
+  gdb_hold_walreceiver
   until_paused forget_pauses backend_pid_running
   flusher_hold flusher_pass flusher_release_to flusher_round
   flush_covered ring_holds_flush_page
@@ -158,6 +159,20 @@ sub gdb_hold_commit
 		Time::HiRes::usleep(10_000);
 	}
 	return ($gdb, $pid);
+}
+
+# A standby's walreceiver held by gdb inside its fdatasync (a stock
+# standby's equivalent of sync_before_publish: its WAL written, its flush
+# not yet reported), left SIGSTOPped there for powercut_kill.  Returns
+# its pid.
+sub gdb_hold_walreceiver
+{
+	my ($node, $tag) = @_;
+	my $pid = proc_of($node, 'walreceiver');
+	my $gdb = gdb_break($pid, 'fdatasync', leave_stopped => 1);
+	ok(gdb_wait_hit($gdb, 60), "$tag: the walreceiver is held inside its fdatasync");
+	$gdb->{h}->finish;
+	return $pid;
 }
 
 sub _stopped

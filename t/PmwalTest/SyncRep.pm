@@ -15,11 +15,14 @@ use Test::More;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use PmwalTest;
+use PmwalTest::Hold qw(forget_pauses);
 
 our @EXPORT = qw(client_session wait_syncrep_wait wait_sync_standbys
   syncrep_primary sync_standbys
   sync_pair pair_load_start pair_wait_rows pair_cut pair_restart_and_check
-  copy_broken make_sync_standby standby_without_ring);
+  copy_broken make_sync_standby standby_without_ring
+  STANDBY_CONF standby_pair standby_load_until lose_primary standby_restart
+  promote_and_verdict);
 
 # Make $primary's every commit wait for its standby named $name, and wait
 # until that standby streams as its synchronous standby.
@@ -37,18 +40,84 @@ sub make_sync_standby
 # The negative control of a standby's power cut: its data directory promoted
 # without its ring must lack commits of $load (acked_load_finish done) --
 # counted by a sequential scan, as the index may point at heap pages whose
-# WAL only the ring held -- or fail to start.
+# WAL only the ring held -- or fail to start.  $extra_sql: a query whose
+# answer is returned too (noted; undef when the copy fails).  Returns the
+# number missing (undef when the copy fails) and that answer.
 sub standby_without_ring
 {
-	my ($tag, $standby, $load) = @_;
-	my ($missing, $err) = without_ring_query($standby,
+	my ($tag, $standby, $load, $extra_sql) = @_;
+	my $sql = acked_missing_sql($load);
+	$sql = "SELECT ($sql)::text || '|' || ($extra_sql)::text" if $extra_sql;
+	my ($out, $err) = without_ring_query($standby,
 		"SET enable_indexscan = off; SET enable_bitmapscan = off; SET enable_indexonlyscan = off;\n"
-		  . acked_missing_sql($load),
+		  . $sql,
 		promote => 1, fail_ok => 1);
+	my ($missing, $extra) = defined $out ? split(/\|/, $out, 2) : ();
 	ok(!defined $missing || $missing > 0,
 		"$tag: negative control: the standby without its ring "
 		  . (defined $missing ? "lacks $missing of $load->{total} acknowledged commits"
 			: "fails ($err)"));
+	return ($missing, $extra);
+}
+
+# The standby's ring tests (t/040, t/045, t/046): a standby whose startup
+# process evicts pages all the time (so that minRecoveryPoint moves in
+# pg_control), the flusher every minute.
+use constant STANDBY_CONF => QUIET_WAL . "shared_buffers = 1MB\npmwal.flush_interval = 60s\nhot_standby = on\n";
+
+# A pmwal primary (64 MB ring, the power cut of its ring 'durable'; started
+# under the power-cut log with $opts{cut_primary}) whose every commit waits
+# for one synchronous standby: pmwal on a 64 MB ring of its own, or with
+# $opts{stock} without pmwal, started under the power-cut log, streaming.
+# Table t, then $opts{sql}, on the primary before its backup 'b'.  Options
+# init (more init parameters of the primary), conf (more settings of the
+# primary), standby_conf (of the standby, after STANDBY_CONF).
+sub standby_pair
+{
+	my ($case, %opts) = @_;
+	my $primary = pmwal_node("${case}_primary", size => '64MB',
+		init => { allows_streaming => 1, %{ $opts{init} // {} } },
+		conf => QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\n" . ($opts{conf} // ''));
+	$primary->{ring_cut} = 'durable';
+	$opts{cut_primary} ? powercut_start($primary) : $primary->start;
+	$primary->safe_psql('postgres',
+		'CREATE EXTENSION pmwal; CREATE EXTENSION amcheck; CREATE TABLE t (id bigint PRIMARY KEY);'
+		  . ($opts{sql} // ''));
+	$primary->backup('b');
+	my $conf = STANDBY_CONF . ($opts{standby_conf} // '');
+	my $standby;
+	if ($opts{stock})
+	{
+		$standby = stock_standby($primary, "${case}_standby", 'b', conf => $conf);
+	}
+	else
+	{
+		$standby = pmwal_standby($primary, "${case}_standby", 'b', size => '64MB', conf => $conf);
+		$standby->{ring_cut} = 'durable';
+	}
+	powercut_start($standby);
+	make_sync_standby($primary, "${case}_standby");
+	return ($primary, $standby);
+}
+
+# Load on the primary (acked_load_start, 4 clients, then %load) until the
+# standby shows $rows of it.
+sub standby_load_until
+{
+	my ($case, $primary, $standby, $rows, %load) = @_;
+	my $load = acked_load_start($primary, tag => $case, clients => 4, %load);
+	$standby->poll_query_until('postgres', "SELECT count(*) >= $rows FROM t")
+	  or die "$case: the standby does not follow: ${ $load->{err} }";
+	return $load;
+}
+
+# The primary is lost: stopped at once (the clients waiting for the
+# standby hear nothing), the load counted.
+sub lose_primary
+{
+	my ($primary, $load) = @_;
+	$primary->stop('immediate');
+	acked_load_finish($load);
 	return;
 }
 
@@ -225,6 +294,36 @@ sub pair_restart_and_check
 	is((acked_missing($standby, $load))[1], 0, "$tag: and on the standby");
 	is(join(',', history_files($primary)), '', "$tag: no new timeline");
 	return 1;
+}
+
+# After a standby's power cut: start it again, the pause points forgotten,
+# its ring restored (unless $opts{stock}).
+sub standby_restart
+{
+	my ($case, $standby, %opts) = @_;
+	forget_pauses($standby);
+	my $offset = -s $standby->logfile;
+	$standby->start;
+	like(slurp_file($standby->logfile, $offset), qr/pmwal restored WAL/,
+		"$case: the standby's ring was restored")
+	  unless $opts{stock};
+	return;
+}
+
+# Promote the standby: every commit of $load (acked_load_finish done) is
+# on it (acked_verdict), and more than $opts{min} (500) were acknowledged.
+# Returns how many.
+sub promote_and_verdict
+{
+	my ($case, $standby, $load, %opts) = @_;
+	my $min = $opts{min} // 500;
+	$standby->promote;
+	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die "$case: the standby does not leave recovery";
+	my ($n, $missing, $extra) = acked_check($standby, $load);
+	cmp_ok($n, '>', $min, "$case: $n commits were acknowledged");
+	acked_verdict($standby, $case, $load, $n, $missing, $extra);
+	return $n;
 }
 
 1;
