@@ -212,6 +212,10 @@ wrap_openat(int dirfd, const char *path, int flags,...)
 static int
 wrap_close(int fd)
 {
+	const WalFd *w = lookup(fd);
+
+	if (w && w->kind == FD_WAL)
+		ring_on_wal_close(w);
 	forget(fd);
 	return close(fd);
 }

@@ -244,6 +244,7 @@ extern ssize_t ring_on_wal_pwrite(int fd, const WalFd *wfd, const void *buf,
 extern void ring_on_wal_other_write(const WalFd *wfd);
 extern void ring_after_wal_other_write(int fd, const WalFd *wfd);
 extern int	ring_on_wal_sync(int fd, const WalFd *wfd, bool datasync);
+extern void ring_on_wal_close(const WalFd *wfd);
 extern void ring_on_control_write(const void *buf, size_t len);
 extern void ring_on_checkpointer_sync(void);
 extern void ring_make_durable(void);

@@ -64,6 +64,9 @@
  * it wrote for real and retires the ring: the startup process, which
  * writes WAL only at a promotion's end and may rename or remove the old
  * timeline's segments there, never finds WAL unsynced or only in the ring.
+ * So does the end of its stream of a timeline, where it closes its segment
+ * inside it and waits for a new start point without exiting
+ * (ring_on_wal_close).
  * Everything else in recovery writes and syncs as in stock PostgreSQL; on
  * a primary, the ring, emptied by the restore, is anchored at the first
  * write after recovery.
@@ -139,6 +142,7 @@ tracking(void)
 }
 
 static bool ring_begins_before(XLogRecPtr lsn);
+static bool ring_timeline_before(TimeLineID tli);
 
 static bool
 anchored(void)
@@ -886,6 +890,38 @@ ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
 }
 
 /*
+ * A WAL segment is closed.  The walreceiver closes the segment it writes at
+ * a segment switch (XLogWalRcvClose: it wrote up to the segment's end), and
+ * inside the segment when its stream of a timeline ended (its upstream was
+ * promoted, or has no more WAL on the timeline asked for): it flushes,
+ * closes the segment and waits for a new start point, without exiting.  Then
+ * the ring is retired, as at the walreceiver's exit: the startup process may
+ * now replay the next timeline from the archive, and move pg_control's
+ * checkpoint (a restartpoint) or its minRecoveryPoint onto it (a write that
+ * syncs nothing), while a ring still anchored on the old timeline holds the
+ * page where that timeline ends, zeroes after it; a restore after a power
+ * cut would read that page against the new timeline's and refuse the ring
+ * (t/052).  A segment switch, and a close of another segment (the new
+ * segment's durable_rename), leave the ring as it is.
+ */
+void
+ring_on_wal_close(const WalFd *w)
+{
+	XLogRecPtr	written;
+	XLogSegNo	last;
+
+	if (!tracking() || !receiving() || w->kind != FD_WAL || !anchored())
+		return;
+	written = pg_atomic_read_u64(&pmwal_shared->written_end);
+	if (written == 0 || w->tli != pmwal_shared->tli)
+		return;
+	XLByteToSeg(written - 1, last, wal_segment_size);
+	if (w->segno != last || XLogSegmentOffset(written, wal_segment_size) == 0)
+		return;
+	retire("the walreceiver's stream ended inside a WAL segment");
+}
+
+/*
  * The checkpointer synced a file that is not WAL: its sync phase, just
  * before it writes pg_control (a checkpoint's, or on a standby a
  * restartpoint's).  That write syncs pg_wal for real
@@ -987,10 +1023,20 @@ ring_on_control_write(const void *buf, size_t len)
 	else
 	{
 		ring_make_durable();
-		/* a restartpoint at WAL the walreceiver has not written again yet */
+
+		/*
+		 * A restartpoint at WAL the walreceiver has not written again yet;
+		 * or one on a newer timeline than the ring's: replayed from the
+		 * archive while the walreceiver, its upstream promoted, waits for
+		 * a new start point (it does not exit, so the ring stays anchored
+		 * on the old timeline, holding the page where that timeline ends,
+		 * past the point where the new one left it).  A restore with
+		 * pg_control on the new timeline refuses such a ring (t/052).
+		 */
 		if (control != NULL && control->state == DB_IN_ARCHIVE_RECOVERY &&
-			ring_begins_before(RING_PAGE(control->checkPoint)))
-			retire_ring("a restartpoint names WAL before the ring's beginning", false);
+			(ring_begins_before(RING_PAGE(control->checkPoint)) ||
+			 ring_timeline_before(control->checkPointCopy.ThisTimeLineID)))
+			retire_ring("a restartpoint names WAL before the ring's beginning, or a newer timeline", false);
 	}
 	pmwal_count(CTR_CONTROL_SYNCS, 1);
 	PMWAL_PAUSE_POINT("control_after_sync");
@@ -1004,6 +1050,18 @@ ring_begins_before(XLogRecPtr lsn)
 
 	RING_LOCK();
 	before = anchored() && pmwal_ring->hdr->tail.v < lsn;
+	RING_UNLOCK();
+	return before;
+}
+
+/* Is the anchored ring's WAL of a timeline older than "tli"? */
+static bool
+ring_timeline_before(TimeLineID tli)
+{
+	bool		before;
+
+	RING_LOCK();
+	before = anchored() && pmwal_ring->hdr->timeline.v < tli;
 	RING_UNLOCK();
 	return before;
 }
