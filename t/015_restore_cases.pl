@@ -107,6 +107,17 @@ sub start_restores
 	my $load = short_load($node, $tag);
 	stop_server_process($node, 'walwriter');
 	flusher_hold($node);
+	# A's first MBs must not finish a segment: A writes its own pages as it
+	# goes (wal_buffers 1 MB, no WAL writer), and the write that finishes a
+	# segment syncs it, covering B's commit, so that B's flush then has
+	# nothing to do and the head stays at the segment's end (seen once: A
+	# from 0/1FFFFF0, the head at 0/2000000).  Near a segment's end, begin
+	# a new one first.
+	if ($node->safe_psql('postgres',
+			'SELECT (pg_walfile_name_offset(pg_current_wal_insert_lsn())).file_offset') > 8 * 1024 * 1024)
+	{
+		$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
+	}
 	# each session waits for an advisory lock the test holds until gdb is
 	# attached to it
 	my $locks = $node->background_psql('postgres');
