@@ -885,6 +885,11 @@ ring_on_wal_sync(int fd, const WalFd *w, bool datasync)
 		return datasync ? fdatasync(fd) : fsync(fd);
 	}
 	PMWAL_PAUSE_POINT("sync_after_publish");
+#ifdef PMWAL_TEST_PAUSES
+	/* the same, only at a sync of a segment's end (t/045) */
+	if (XLogSegmentOffset(pmwal_shared->copied_end, wal_segment_size) == 0)
+		PMWAL_PAUSE_POINT("sync_after_publish_segment_end");
+#endif
 	pmwal_count(CTR_RING_SYNCS, 1);
 	return 0;
 }

@@ -35,6 +35,20 @@
 #                 standby promoted
 #  stock          the control: a standby without pmwal, its walreceiver held
 #                 by gdb inside its fdatasync
+#  segment_end    the walreceiver held after the ring answered the sync of
+#                 a segment's end (sync_after_publish_segment_end), before
+#                 it marks the segment .ready; then as in both (the standby
+#                 must stream on after its restart: promoted at once, the
+#                 segment would hold the switch point and be archived as
+#                 .partial).  The restore writes that segment back
+#                 whole, so the walreceiver streams on from the next one
+#                 and the segment has no archive status: as in stock
+#                 PostgreSQL when the power fails between fdatasync's
+#                 return and XLogArchiveNotify, and PostgreSQL marks it
+#                 when a checkpoint would remove it (XLogArchiveCheckDone)
+#  stock_segment_end  its control: a stock standby's walreceiver held by
+#                 gdb in XLogArchiveNotify (its fdatasync of the segment
+#                 returned), then the same
 #
 # Then, on the promoted standby: every acknowledged commit is there; it
 # switches WAL and archives everything pending.  (From 16 on, stock
@@ -162,7 +176,7 @@ sub scenario
 
 	if ($opts{stock})
 	{
-		gdb_hold_walreceiver($standby, $case);
+		gdb_hold_walreceiver($standby, $case, $opts{segment_end} ? 'XLogArchiveNotify' : 'fdatasync');
 	}
 	else
 	{
@@ -170,9 +184,10 @@ sub scenario
 		is($st->{commit_path}, 'standby: received WAL synced through the ring',
 			"$case: the standby's walreceiver syncs through the ring");
 		my $offset = -s $standby->logfile;
-		arm_all($standby, 'sync_after_publish');
-		my $pid = pause_wait($standby, 'sync_after_publish', $offset);
-		note("$case: walreceiver $pid held at sync_after_publish");
+		my $point = $opts{segment_end} ? 'sync_after_publish_segment_end' : 'sync_after_publish';
+		arm_all($standby, $point);
+		my $pid = pause_wait($standby, $point, $offset);
+		note("$case: walreceiver $pid held at $point");
 	}
 	# the archiver goes on meanwhile
 	sleep 2;
@@ -227,6 +242,34 @@ sub scenario
 		$primary->stop('immediate');
 	}
 	promote_and_verdict($case, $standby, $load);
+
+	# A segment whose closing sync was the one held (the ring answered it,
+	# the power was cut before the walreceiver marked it .ready) has no
+	# archive status after the restart, and the walreceiver streams on from
+	# the next segment: as in stock PostgreSQL when the power fails between
+	# fdatasync's return and XLogArchiveNotify.  PostgreSQL marks such a
+	# segment when a checkpoint would remove it (XLogArchiveCheckDone), and
+	# archives it before it removes it.  Let it: wal_keep_size (1 GB, the
+	# primary's, copied with the base backup) to 0, so that the checkpoint
+	# below considers timeline 1's segments.  (Seen on 16: the held sync
+	# closed 0/C00000-0/D00000, the restore wrote it back whole, and it was
+	# archived only through this.)
+	my @unmarked = grep {
+		my $seg = $_;
+		!grep { -e $standby->data_dir . "/pg_wal/archive_status/$seg.$_" } qw(ready done)
+	} map { m{/([0-9A-F]{24})$} } glob($standby->data_dir . '/pg_wal/00000001*');
+	note("$case: segments of timeline 1 in pg_wal with no archive status after the restart: "
+		  . (join(' ', @unmarked) || 'none'));
+	if ($opts{segment_end})
+	{
+		my @since_backup = grep { segno_of_name($_) >= seg_of_lsn($start) } @unmarked;
+		cmp_ok(scalar @since_backup, '>', 0,
+			"$case: the segment whose end was synced before the cut has no archive status after the restart ("
+			  . join(' ', @since_backup) . ')');
+	}
+	$standby->safe_psql('postgres', 'ALTER SYSTEM SET wal_keep_size = 0');
+	$standby->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	sleep 1;    # the checkpointer reads it before the CHECKPOINT below
 
 	# everything archived: the last segment switched, nothing pending
 	my $last = $standby->safe_psql('postgres',
@@ -288,5 +331,7 @@ scenario('after_publish');
 scenario('behind', behind => 1);
 scenario('both', both => 1);
 scenario('stock', stock => 1);
+scenario('segment_end', segment_end => 1, both => 1);
+scenario('stock_segment_end', stock => 1, segment_end => 1, both => 1);
 
 done_testing();

@@ -167,10 +167,11 @@ sub gdb_hold_commit
 # its pid.
 sub gdb_hold_walreceiver
 {
-	my ($node, $tag) = @_;
+	my ($node, $tag, $function) = @_;
+	$function //= 'fdatasync';
 	my $pid = proc_of($node, 'walreceiver');
-	my $gdb = gdb_break($pid, 'fdatasync', leave_stopped => 1);
-	ok(gdb_wait_hit($gdb, 60), "$tag: the walreceiver is held inside its fdatasync");
+	my $gdb = gdb_break($pid, $function, leave_stopped => 1);
+	ok(gdb_wait_hit($gdb, 60), "$tag: the walreceiver is held in $function");
 	$gdb->{h}->finish;
 	return $pid;
 }
