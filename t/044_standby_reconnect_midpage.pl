@@ -24,19 +24,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $CONF = QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\nhot_standby = on\n";
 my $case = 'reconnect';
-
-my $primary = pmwal_node("${case}_primary", size => '64MB', init => { allows_streaming => 1 },
-	conf => $CONF);
-$primary->start;
-$primary->safe_psql('postgres',
-	'CREATE EXTENSION pmwal; CREATE EXTENSION amcheck; CREATE TABLE t (id bigint PRIMARY KEY)');
-$primary->backup('b');
-my $standby = pmwal_standby($primary, "${case}_standby", 'b', size => '64MB', conf => $CONF);
-$standby->{ring_cut} = 'durable';
-powercut_start($standby);
-make_sync_standby($primary, "${case}_standby");
+my ($primary, $standby) = standby_pair($case, busy_startup => 0);
 
 # WAL through the ring, ending inside a page; then the primary is idle
 $primary->safe_psql('postgres', 'INSERT INTO t SELECT -g FROM generate_series(1, 3000) g');
@@ -70,17 +59,7 @@ ok(defined $at, 'the ring was anchored again' . (defined $at ? " at $at" : ''));
 is($at, lsn_format(lsn_num($end) - lsn_num($end) % 8192),
 	"... at the page of $end, where the first new write began")
   if defined $at;
-my $cut = powercut($standby);
-note($cut->{summary});
-$primary->stop('immediate');
-acked_load_finish($load);
-
-standby_without_ring($case, $standby, $load);
-
-forget_pauses($standby);
-my ($up, $startlog) = try_start($standby);
-ok($up, 'the standby starts after its power cut')
-  or diag(join("\n", $startlog =~ /((?:PANIC|FATAL|DETAIL):  .*)/g));
+my ($up, $startlog) = standby_cut_and_start($case, $primary, $standby, $load);
 SKIP:
 {
 	skip 'the standby did not start', 6 unless $up;

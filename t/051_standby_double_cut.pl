@@ -29,19 +29,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $CONF = QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\nhot_standby = on\n";
 my $case = 'double';
-
-my $primary = pmwal_node("${case}_primary", size => '64MB', init => { allows_streaming => 1 },
-	conf => $CONF);
-$primary->start;
-$primary->safe_psql('postgres',
-	'CREATE EXTENSION pmwal; CREATE EXTENSION amcheck; CREATE TABLE t (id bigint PRIMARY KEY)');
-$primary->backup('b');
-my $standby = pmwal_standby($primary, "${case}_standby", 'b', size => '64MB', conf => $CONF);
-$standby->{ring_cut} = 'durable';
-powercut_start($standby);
-make_sync_standby($primary, "${case}_standby");
+my ($primary, $standby) = standby_pair($case, busy_startup => 0);
 $primary->safe_psql('postgres', 'INSERT INTO t SELECT -g FROM generate_series(1, 3000) g');
 $primary->wait_for_catchup($standby);
 is(pmwal_status($standby)->{accelerated}, 'true', 'the standby syncs through its ring');

@@ -27,19 +27,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $CONF = QUIET_WAL . "pmwal.flush_interval = 60s\nwal_keep_size = 1GB\nhot_standby = on\n";
 my $case = 'enabled';
-
-my $primary = pmwal_node("${case}_primary", size => '64MB', init => { allows_streaming => 1 },
-	conf => $CONF);
-$primary->start;
-$primary->safe_psql('postgres',
-	'CREATE EXTENSION pmwal; CREATE EXTENSION amcheck; CREATE TABLE t (id bigint PRIMARY KEY)');
-$primary->backup('b');
-my $standby = pmwal_standby($primary, "${case}_standby", 'b', size => '64MB', conf => $CONF);
-$standby->{ring_cut} = 'durable';
-powercut_start($standby);
-make_sync_standby($primary, "${case}_standby");
+my ($primary, $standby) = standby_pair($case, busy_startup => 0);
 $primary->safe_psql('postgres', 'INSERT INTO t SELECT -g FROM generate_series(1, 3000) g');
 $primary->wait_for_catchup($standby);
 is(pmwal_status($standby)->{accelerated}, 'true', 'the standby syncs through its ring');
@@ -66,27 +55,12 @@ my ($at) = slurp_file($standby->logfile, $offset) =~ /anchored at (\S+) on timel
 ok(defined $at, 'pmwal.enabled on: the ring is anchored again' . (defined $at ? " at $at" : ''));
 note("walreceiver $pid held at its 100th sync answered from the ring; minRecoveryPoint "
 	  . controldata($standby)->{'Minimum recovery ending location'});
-my $cut = powercut($standby);
-note($cut->{summary});
-$primary->stop('immediate');
-acked_load_finish($load);
-
-standby_without_ring($case, $standby, $load);
-
-forget_pauses($standby);
-my ($up, $startlog) = try_start($standby);
-ok($up, 'the standby starts after its power cut')
-  or diag(join("\n", $startlog =~ /((?:PANIC|FATAL|DETAIL):  .*)/g));
+my ($up, $startlog) = standby_cut_and_start($case, $primary, $standby, $load);
 SKIP:
 {
 	skip 'the standby did not start', 5 unless $up;
 	like($startlog, qr/pmwal restored WAL/, "the standby's ring was restored");
-	$standby->promote;
-	$standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
-	  or die 'the standby does not leave recovery';
-	my ($n, $miss, $extra) = acked_check($standby, $load);
-	cmp_ok($n, '>', 50, "$n commits were acknowledged");
-	acked_verdict($standby, $case, $load, $n, $miss, $extra);
+	promote_and_verdict($case, $standby, $load, min => 50);
 	$standby->stop;
 }
 

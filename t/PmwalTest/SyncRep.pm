@@ -21,7 +21,7 @@ our @EXPORT = qw(client_session wait_syncrep_wait wait_sync_standbys
   syncrep_primary sync_standbys
   sync_pair pair_load_start pair_wait_rows pair_cut pair_restart_and_check
   copy_broken make_sync_standby standby_without_ring
-  STANDBY_CONF standby_pair standby_load_until lose_primary standby_restart
+  STANDBY_CONF standby_pair standby_load_until lose_primary standby_cut_and_start standby_restart
   promote_and_verdict);
 
 # Make $primary's every commit wait for its standby named $name, and wait
@@ -60,10 +60,8 @@ sub standby_without_ring
 	return ($missing, $extra);
 }
 
-# The standby's ring tests (t/040, t/045, t/046): a standby whose startup
-# process evicts pages all the time (so that minRecoveryPoint moves in
-# pg_control), the flusher every minute.
-use constant STANDBY_CONF => QUIET_WAL . "shared_buffers = 1MB\npmwal.flush_interval = 60s\nhot_standby = on\n";
+# The standby's ring tests (t/040-t/053): the flusher every minute.
+use constant STANDBY_CONF => QUIET_WAL . "pmwal.flush_interval = 60s\nhot_standby = on\n";
 
 # A pmwal primary (64 MB ring, the power cut of its ring 'durable'; started
 # under the power-cut log with $opts{cut_primary}) whose every commit waits
@@ -71,7 +69,10 @@ use constant STANDBY_CONF => QUIET_WAL . "shared_buffers = 1MB\npmwal.flush_inte
 # $opts{stock} without pmwal, started under the power-cut log, streaming.
 # Table t, then $opts{sql}, on the primary before its backup 'b'.  Options
 # init (more init parameters of the primary), conf (more settings of the
-# primary), standby_conf (of the standby, after STANDBY_CONF).
+# primary), standby_conf (of the standby, after STANDBY_CONF), and
+# busy_startup (default 1): the standby's shared_buffers 1 MB, so that its
+# startup process evicts pages all the time and minRecoveryPoint moves in
+# pg_control (t/040, t/045, t/046).
 sub standby_pair
 {
 	my ($case, %opts) = @_;
@@ -84,7 +85,8 @@ sub standby_pair
 		'CREATE EXTENSION pmwal; CREATE EXTENSION amcheck; CREATE TABLE t (id bigint PRIMARY KEY);'
 		  . ($opts{sql} // ''));
 	$primary->backup('b');
-	my $conf = STANDBY_CONF . ($opts{standby_conf} // '');
+	my $conf = STANDBY_CONF . (($opts{busy_startup} // 1) ? "shared_buffers = 1MB\n" : '')
+	  . ($opts{standby_conf} // '');
 	my $standby;
 	if ($opts{stock})
 	{
@@ -119,6 +121,23 @@ sub lose_primary
 	$primary->stop('immediate');
 	acked_load_finish($load);
 	return;
+}
+
+# The standby's power cut with its walreceiver held, the primary lost, the
+# negative control (standby_without_ring), then the standby started:
+# returns whether it came up and the log of its start.
+sub standby_cut_and_start
+{
+	my ($case, $primary, $standby, $load) = @_;
+	my $cut = powercut($standby);
+	note("$case: $cut->{summary}");
+	lose_primary($primary, $load);
+	standby_without_ring($case, $standby, $load);
+	forget_pauses($standby);
+	my ($up, $startlog) = try_start($standby);
+	ok($up, "$case: the standby starts after its power cut")
+	  or diag(join("\n", $startlog =~ /((?:PANIC|FATAL|DETAIL):  .*)/g));
+	return ($up, $startlog);
 }
 
 # An interactive session (PmwalTest's psql_session) that sees what a client
