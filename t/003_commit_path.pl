@@ -75,7 +75,10 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE id >= 1000'), '200
 	'the large commit is there');
 $node->safe_psql('postgres', "INSERT INTO t VALUES (50000, 'after large')");
 my $again = pmwal_status($node);
-cmp_ok($again->{anchors}, '>', $after->{anchors}, 'the next small write anchors the ring again');
+# The retirement may come from another process's write of the large record
+# (a buffer's eviction), and the COMMIT's own write then anchors again before
+# $after is read: count from before the large transaction.
+cmp_ok($again->{anchors}, '>', $before->{anchors}, 'a small write after the retirement anchors the ring again');
 cmp_ok($again->{ring_syncs}, '>', $after->{ring_syncs}, 'and its sync is answered from the ring');
 is($again->{accelerated}, 'true', 'accelerated again');
 

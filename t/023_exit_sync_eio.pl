@@ -283,6 +283,13 @@ sub run_case
 	}
 	else
 	{
+		$node->wait_for_log(qr/terminating any other active server processes/, $offset);
+		for (1 .. 100)
+		{
+			continue_quit_stopped($node);
+			last unless @{ $node->{pmwal_sigstopped} };
+			Time::HiRes::sleep(0.1);
+		}
 		$node->wait_for_log(qr/all server processes terminated; reinitializing.*database system is ready to accept connections/s,
 			$offset);
 		$log = slurp_file($node->logfile, $offset);

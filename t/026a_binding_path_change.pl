@@ -18,7 +18,7 @@
 #	2a. after 1g's way out the cluster writes WAL past the old ring's head
 #	    and stops cleanly; pmwal.path set back to the old ring: refused,
 #	    pg_wal unchanged; back on the new ring it starts.
-#	2b. after 1g's way out, a timed checkpoint begins below the old ring's
+#	2b. after 1g's way out, a checkpoint begins below the old ring's
 #	    head and ends above it, then an immediate stop; back to the old
 #	    ring: refused, pg_wal unchanged; back on the new ring every later
 #	    start works.  (With pmwal not loaded in between: t/026b.)

@@ -5,7 +5,7 @@
 # still holds the old history.  That start must not write a byte of it:
 #	2c. new WAL past the old ring's head, a clean stop
 #	    -> refused: a cleanly shut down cluster owns no ring WAL
-#	2d. a timed checkpoint that begins below the old ring's head and ends
+#	2d. a checkpoint that begins below the old ring's head and ends
 #	    above it, then an immediate stop (pg_control: in production)
 #	    -> refused by the restore's proof of history (restore.c)
 #	2e. new WAL past the old ring's head and no checkpoint but the

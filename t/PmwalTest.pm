@@ -658,7 +658,11 @@ sub wait_postmaster_gone
 	my ($node) = @_;
 	my $pid = $node->{_pid} or return 1;
 	my $deadline = time + 120;
-	Time::HiRes::sleep(0.1) while kill(0, $pid) && time < $deadline;
+	while (kill(0, $pid) && time < $deadline)
+	{
+		continue_quit_stopped($node);
+		Time::HiRes::sleep(0.1);
+	}
 	my $gone = !kill(0, $pid);
 	$node->_update_pid(0) if $gone;
 	return $gone;
@@ -1254,7 +1258,7 @@ sub gdb_release
 # Small things several tests need.
 # ---------------------------------------------------------------------------
 use Digest::SHA ();
-push @EXPORT, qw(stop_server_process wal_fingerprint loaded_node set_conf log_has);
+push @EXPORT, qw(stop_server_process continue_quit_stopped wal_fingerprint loaded_node set_conf log_has);
 
 # Take the node's 'walwriter' or pmwal 'flusher' off the CPU, standing for
 # a process the scheduler leaves there; returns its pid.  powercut_kill
@@ -1284,6 +1288,7 @@ sub stop_server_process
 	}
 	my $pid = $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = '$which'");
+	push @{ $node->{pmwal_sigstopped} }, $pid;
 	my $idle = { walwriter => qr/^WalWriterMain$/,
 		'background writer' => qr/^Bg[Ww]riter(?:Main|Hibernate)$/ }->{$which}
 	  or die "stop_server_process: no idle wait event known for $which";
@@ -1296,6 +1301,34 @@ sub stop_server_process
 		Time::HiRes::sleep(0.01);
 	}
 	die "stop_server_process: the $which ($pid) is never stopped in $idle";
+}
+
+# Let a SIGSTOPped process (stop_server_process) act on the SIGQUIT the
+# postmaster sent it after a crash: a stopped process cannot, and 18+'s
+# postmaster waits a minute before it SIGKILLs such a child.  Continued only
+# once SIGQUIT is pending, so it never runs on otherwise.
+sub continue_quit_stopped
+{
+	my ($node) = @_;
+	my @left;
+	for my $pid (@{ $node->{pmwal_sigstopped} // [] })
+	{
+		my $status = eval { slurp_file("/proc/$pid/status") } or next;
+		my ($state) = $status =~ /^State:\s+(\S)/m;
+		next unless $state && $state eq 'T';
+		my ($pending) = $status =~ /^SigPnd:\s+([0-9a-f]+)/m;
+		my ($shared) = $status =~ /^ShdPnd:\s+([0-9a-f]+)/m;
+		if ((hex($pending // 0) | hex($shared // 0)) & (1 << 2))
+		{
+			kill('CONT', $pid);
+		}
+		else
+		{
+			push @left, $pid;
+		}
+	}
+	$node->{pmwal_sigstopped} = \@left;
+	return;
 }
 
 # Digest of every file in the node's pg_wal and of each file in
