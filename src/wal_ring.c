@@ -141,8 +141,7 @@ tracking(void)
 		(receiving() || !RecoveryInProgress());
 }
 
-static bool ring_begins_before(XLogRecPtr lsn);
-static bool ring_timeline_before(TimeLineID tli);
+static bool ring_holds_before(XLogRecPtr lsn, TimeLineID tli);
 
 static bool
 anchored(void)
@@ -915,7 +914,7 @@ ring_on_wal_close(const WalFd *w)
 	XLogRecPtr	written;
 	XLogSegNo	last;
 
-	if (!tracking() || !receiving() || w->kind != FD_WAL || !anchored())
+	if (!tracking() || !receiving() || !anchored())
 		return;
 	written = pg_atomic_read_u64(&pmwal_shared->written_end);
 	if (written == 0 || w->tli != pmwal_shared->tli)
@@ -1039,34 +1038,26 @@ ring_on_control_write(const void *buf, size_t len)
 		 * pg_control on the new timeline refuses such a ring (t/052).
 		 */
 		if (control != NULL && control->state == DB_IN_ARCHIVE_RECOVERY &&
-			(ring_begins_before(RING_PAGE(control->checkPoint)) ||
-			 ring_timeline_before(control->checkPointCopy.ThisTimeLineID)))
+			ring_holds_before(RING_PAGE(control->checkPoint),
+							  control->checkPointCopy.ThisTimeLineID))
 			retire_ring("a restartpoint names WAL before the ring's beginning, or a newer timeline", false);
 	}
 	pmwal_count(CTR_CONTROL_SYNCS, 1);
 	PMWAL_PAUSE_POINT("control_after_sync");
 }
 
-/* Does the anchored ring hold WAL before "lsn"? */
+/*
+ * Does the anchored ring hold WAL before "lsn", or WAL of a timeline older
+ * than "tli"?
+ */
 static bool
-ring_begins_before(XLogRecPtr lsn)
+ring_holds_before(XLogRecPtr lsn, TimeLineID tli)
 {
 	bool		before;
 
 	RING_LOCK();
-	before = anchored() && pmwal_ring->hdr->tail.v < lsn;
-	RING_UNLOCK();
-	return before;
-}
-
-/* Is the anchored ring's WAL of a timeline older than "tli"? */
-static bool
-ring_timeline_before(TimeLineID tli)
-{
-	bool		before;
-
-	RING_LOCK();
-	before = anchored() && pmwal_ring->hdr->timeline.v < tli;
+	before = anchored() &&
+		(pmwal_ring->hdr->tail.v < lsn || pmwal_ring->hdr->timeline.v < tli);
 	RING_UNLOCK();
 	return before;
 }
